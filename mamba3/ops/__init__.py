@@ -1,0 +1,1 @@
+"""Mamba-3 operators: one folder per op (public function, autograd Function, launchers, kernels, configs)."""
