@@ -6,7 +6,6 @@ what was given, before anything is launched.
 from __future__ import annotations
 
 import importlib
-import importlib.util
 import os
 
 import torch
@@ -28,33 +27,64 @@ def expect_shape(name, x, shape):
         raise TypeError(f"{name} must be a floating tensor (fp16, bf16, fp32 or fp64), got {x.dtype}")
 
 
-def check_common(q_shape_name, q, k, v, adt, dt, trap, angles, D, z, cu_seqlens, chunk_size, backend, precision,
-                 dstate):
-    """Checks shared by SISO and MIMO. Returns (B, T, H, P, A, number of sequences)."""
-    expect_shape("v", v, (None, None, None, None))
-    bsz, seqlen, nheads, headdim = v.shape
-    if seqlen < 1:
-        raise ValueError("the sequence length T must be at least 1")
-    if q.shape != k.shape:
-        raise ValueError(f"q and k must have the same shape {q_shape_name}, got {tuple(q.shape)} and {tuple(k.shape)}")
-    ngroups = q.shape[-2]
+def check_heads(q, nheads):
+    """GQA and rotation constraints on q (…, G, N). Returns (G, N)."""
+    ngroups, dstate = q.shape[-2], q.shape[-1]
     if nheads % ngroups != 0:
         raise ValueError(f"the number of heads H={nheads} must be a multiple of the number of q/k groups G={ngroups}")
     if dstate % 2 != 0:
         raise ValueError(f"the state size N={dstate} must be even (rotations act on pairs)")
+    return ngroups, dstate
+
+
+def check_token_inputs(adt, dt, trap, angles, D, z, lead, nheads, headdim, dstate):
+    """Per-token inputs of a sequence (lead = (B, T)) or of one decode step (lead = (B,)): adt, dt, trap
+    (B, H[, T]); angles (B[, T], H, A) or shared across heads (B[, T], A); D (H,); z (B[, T], H, P).
+    Returns the number of angles A."""
+    bsz, steps = lead[0], tuple(lead[1:])
     for name, x in (("adt", adt), ("dt", dt), ("trap", trap)):
-        expect_shape(name, x, (bsz, nheads, seqlen))
-    if angles.dim() == 3:
-        expect_shape("angles", angles, (bsz, seqlen, None))
+        expect_shape(name, x, (bsz, nheads, *steps))
+    if angles.dim() == 2 + len(steps):
+        expect_shape("angles", angles, (bsz, *steps, None))
     else:
-        expect_shape("angles", angles, (bsz, seqlen, nheads, None))
+        expect_shape("angles", angles, (bsz, *steps, nheads, None))
     nangles = angles.shape[-1]
     if nangles > dstate // 2:
         raise ValueError(f"angles has A={nangles} angles per token; at most N/2 = {dstate // 2} pairs can rotate")
     if D is not None:
         expect_shape("D", D, (nheads,))
     if z is not None:
-        expect_shape("z", z, (bsz, seqlen, nheads, headdim))
+        expect_shape("z", z, (bsz, *steps, nheads, headdim))
+    return nangles
+
+
+def check_mimo_params(q_bias, k_bias, mimo_v, mimo_z, mimo_out, rms_norm, norm_weight, nheads, rank, dstate,
+                      headdim):
+    """The per-head MIMO parameters. Returns norm_weight as (H, P) (or None)."""
+    for name, x, last in (("q_bias", q_bias, dstate), ("k_bias", k_bias, dstate), ("mimo_v", mimo_v, headdim),
+                          ("mimo_z", mimo_z, headdim), ("mimo_out", mimo_out, headdim)):
+        if x is not None or name != "mimo_out":
+            expect_shape(name, x, (nheads, rank, last))
+    if norm_weight is None:
+        return None
+    if not rms_norm:
+        raise ValueError("norm_weight is given but rms_norm=False")
+    if norm_weight.numel() == nheads * headdim:
+        norm_weight = norm_weight.reshape(nheads, headdim)
+    expect_shape("norm_weight", norm_weight, (nheads, headdim))
+    return norm_weight
+
+
+def check_common(q_shape_name, q, k, v, adt, dt, trap, angles, D, z, cu_seqlens, chunk_size, precision):
+    """Checks shared by SISO and MIMO sequences. Returns (B, T, H, P, N, A, number of sequences)."""
+    expect_shape("v", v, (None, None, None, None))
+    bsz, seqlen, nheads, headdim = v.shape
+    if seqlen < 1:
+        raise ValueError("the sequence length T must be at least 1")
+    if q.shape != k.shape:
+        raise ValueError(f"q and k must have the same shape {q_shape_name}, got {tuple(q.shape)} and {tuple(k.shape)}")
+    _, dstate = check_heads(q, nheads)
+    nangles = check_token_inputs(adt, dt, trap, angles, D, z, (bsz, seqlen), nheads, headdim, dstate)
     nseq = bsz
     if cu_seqlens is not None:
         if bsz != 1:
@@ -69,14 +99,9 @@ def check_common(q_shape_name, q, k, v, adt, dt, trap, angles, D, z, cu_seqlens,
         nseq = len(bounds) - 1
     if chunk_size is not None and (chunk_size < 1 or chunk_size & (chunk_size - 1)):
         raise ValueError(f"chunk_size must be a positive power of two, got {chunk_size}")
-    if backend not in BACKENDS:
-        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
     if precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
-    devices = {x.device for x in (q, k, v, adt, dt, trap, angles, D, z) if isinstance(x, torch.Tensor)}
-    if len(devices) != 1:
-        raise ValueError(f"all tensors must be on one device, got {sorted(map(str, devices))}")
-    return bsz, seqlen, nheads, headdim, nangles, nseq
+    return bsz, seqlen, nheads, headdim, dstate, nangles, nseq
 
 
 def check_states(input_states, shapes):
@@ -88,19 +113,31 @@ def check_states(input_states, shapes):
         expect_shape(f"input_states {name}", x, shape)
 
 
-def choose_backend(op: str, backend: str, device: torch.device):
-    """The Triton entry point of ``op`` ("siso" or "mimo"), or None for the PyTorch reference.
-
-    auto: Triton for CUDA tensors, the reference otherwise. "triton" on CPU tensors runs the kernels under
-    the Triton interpreter and needs TRITON_INTERPRET=1 set before mamba3 was imported.
-    """
-    if backend == "reference" or (backend == "auto" and device.type != "cuda"):
-        return None
+def use_triton(backend: str, tensors) -> bool:
+    """Whether the Triton kernels run: auto = for CUDA tensors unless an input is float64 (the kernels compute
+    in fp32; float64 is the reference's exact mode); "triton" on CPU tensors runs the kernels under the Triton
+    interpreter and needs TRITON_INTERPRET=1 set before mamba3 was imported."""
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+    flat = [t for x in tensors for t in (x if isinstance(x, (tuple, list)) else (x,)) if isinstance(t, torch.Tensor)]
+    devices = {t.device for t in flat}
+    if len(devices) != 1:
+        raise ValueError(f"all tensors must be on one device, got {sorted(map(str, devices))}")
+    device = devices.pop()
+    fp64 = any(t.dtype == torch.float64 for t in flat)
+    if backend == "reference" or (backend == "auto" and (device.type != "cuda" or fp64)):
+        return False
+    if fp64:
+        raise ValueError("backend='triton' computes in fp32; float64 inputs need backend='reference' (or auto)")
     if device.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
         raise ValueError("backend='triton' needs CUDA tensors (or TRITON_INTERPRET=1 for the CPU interpreter)")
-    if importlib.util.find_spec(f"mamba3.ops.{op}.function") is None:
-        if backend == "auto":              # this build ships no Triton kernels for the op: reference on CUDA
-            return None
-        raise ValueError(f"backend='triton' is not available for {op}: no Triton kernels in this build")
+    return True
+
+
+def choose_backend(op: str, backend: str, tensors):
+    """The Triton entry point of ``op`` ("siso" or "mimo") when :func:`use_triton` says so, else None (the
+    PyTorch reference)."""
+    if not use_triton(backend, tensors):
+        return None
     module = importlib.import_module(f"mamba3.ops.{op}.function")
     return getattr(module, f"{op}_triton")

@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 
 from ...reference import mimo_chunked
-from ..checks import check_common, check_states, choose_backend, expect_shape
+from ..checks import check_common, check_mimo_params, check_states, choose_backend, expect_shape
 
 REFERENCE_CHUNK_SIZE = 16
 
@@ -37,23 +37,16 @@ def mamba3_mimo(q, k, v, adt, dt, trap, q_bias, k_bias, mimo_v, mimo_z, mimo_out
         out (B, T, H, P), or (B, T, R, H, P) when mimo_out is None, in v's dtype; with return_final_states,
         (out, (angle, ssm, k, v)), all differentiable.
     """
-    bsz, seqlen, nheads, headdim, nangles, nseq = check_common(
-        "(B, T, R, G, N)", q, k, v, adt, dt, trap, angles, D, z, cu_seqlens, chunk_size, backend, precision,
-        q.shape[-1])
-    expect_shape("q", q, (bsz, seqlen, None, None, None))
-    rank, dstate = q.shape[2], q.shape[-1]
-    for name, x, last in (("q_bias", q_bias, dstate), ("k_bias", k_bias, dstate), ("mimo_v", mimo_v, headdim),
-                          ("mimo_z", mimo_z, headdim), ("mimo_out", mimo_out, headdim)):
-        if x is not None or name != "mimo_out":
-            expect_shape(name, x, (nheads, rank, last))
-    if norm_weight is not None:
-        if not rms_norm:
-            raise ValueError("norm_weight is given but rms_norm=False")
-        norm_weight = norm_weight.reshape(nheads, headdim) if norm_weight.numel() == nheads * headdim else norm_weight
-        expect_shape("norm_weight", norm_weight, (nheads, headdim))
+    expect_shape("q", q, (v.shape[0], v.shape[1], None, None, None))
+    bsz, seqlen, nheads, headdim, dstate, nangles, nseq = check_common(
+        "(B, T, R, G, N)", q, k, v, adt, dt, trap, angles, D, z, cu_seqlens, chunk_size, precision)
+    rank = q.shape[2]
+    norm_weight = check_mimo_params(q_bias, k_bias, mimo_v, mimo_z, mimo_out, rms_norm, norm_weight, nheads, rank,
+                                    dstate, headdim)
     check_states(input_states, [(nseq, nheads, nangles), (nseq, nheads, headdim, dstate),
                                 (nseq, rank, nheads, dstate), (nseq, nheads, headdim)])
-    kernel = choose_backend("mimo", backend, v.device)
+    kernel = choose_backend("mimo", backend, (q, k, v, adt, dt, trap, q_bias, k_bias, mimo_v, mimo_z, mimo_out,
+                                              angles, D, z, norm_weight, input_states))
     if kernel is None:
         out, final_states = mimo_chunked(q, k, v, adt, dt, trap, q_bias, k_bias, mimo_v, mimo_z, mimo_out, angles,
                                          D, z, input_states, chunk_size=chunk_size or REFERENCE_CHUNK_SIZE,

@@ -38,16 +38,14 @@ def mamba3_siso(q, k, v, adt, dt, trap, q_bias, k_bias, angles, D=None, z=None, 
         out (B, T, H, P) in v's dtype; with return_final_states, (out, (angle, ssm, k, v)). Angle, ssm and k
         states are fp32 (fp64 for fp64 inputs); v has v's dtype. Everything is differentiable.
     """
-    bsz, seqlen, nheads, headdim, nangles, nseq = check_common(
-        "(B, T, G, N)", q, k, v, adt, dt, trap, angles, D, z, cu_seqlens, chunk_size, backend, precision,
-        q.shape[-1])
-    expect_shape("q", q, (bsz, seqlen, None, None))
-    dstate = q.shape[-1]
+    expect_shape("q", q, (v.shape[0], v.shape[1], None, None))
+    bsz, seqlen, nheads, headdim, dstate, nangles, nseq = check_common(
+        "(B, T, G, N)", q, k, v, adt, dt, trap, angles, D, z, cu_seqlens, chunk_size, precision)
     expect_shape("q_bias", q_bias, (nheads, dstate))
     expect_shape("k_bias", k_bias, (nheads, dstate))
     check_states(input_states, [(nseq, nheads, nangles), (nseq, nheads, headdim, dstate), (nseq, nheads, dstate),
                                 (nseq, nheads, headdim)])
-    kernel = choose_backend("siso", backend, v.device)
+    kernel = choose_backend("siso", backend, (q, k, v, adt, dt, trap, q_bias, k_bias, angles, D, z, input_states))
     if kernel is None:
         out, final_states = siso_chunked(q, k, v, adt, dt, trap, q_bias, k_bias, angles, D, z, input_states,
                                          chunk_size=chunk_size or REFERENCE_CHUNK_SIZE, cu_seqlens=cu_seqlens)

@@ -1,0 +1,110 @@
+"""MIMO Mamba-3 Triton kernels: forward and forward+backward time, cold compile time.
+
+Shapes (issue 4): bf16, H=32, G=1, N=128, P=64, R=4, chunk 16, with D and Z (and mimo_out):
+B=8, T=4096 and the same tokens as one sequence, B=1, T=32768.
+
+    PYTHONPATH=. python3 benchmarks/bench_mimo.py benchmarks/results/mimo_h200.json
+
+Writes JSON and markdown (same path with .md). Targets (H200): forward ≤ 2.1 ms, forward+backward ≤ 8.4 ms,
+first forward+backward (cold compile) ≤ 60 s.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+import time
+
+# Cold compile means an empty Triton cache: use a fresh one unless the caller set one.
+os.environ.setdefault("TRITON_CACHE_DIR", tempfile.mkdtemp(prefix="mamba3-bench-mimo-"))
+
+import torch  # noqa: E402
+
+
+def make_args(bsz, seqlen, nheads=32, ngroups=1, dstate=128, headdim=64, rank=4, dtype=torch.bfloat16):
+    from mamba3.testing.inputs import mimo_inputs
+
+    args = mimo_inputs(bsz=bsz, seqlen=seqlen, nheads=nheads, ngroups=ngroups, dstate=dstate, headdim=headdim,
+                       rank=rank, nangles=dstate // 4, dtype=dtype, device="cuda", with_D=True, with_z=True)
+    return args
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("out", nargs="?", default="benchmarks/results/mimo.json")
+    ap.add_argument("--quick", action="store_true", help="fewer repetitions")
+    ap.add_argument("--sweep", action="store_true",
+                    help="also time config variants (state chunk length, backward tile) at B=8, T=4096")
+    ns = ap.parse_args()
+
+    from benchmarks.common import bench_ms, write_results
+    from mamba3.ops.mimo.check import call
+    from mamba3.ops.mimo.function import mimo_triton
+    from mamba3.testing.inputs import tensor_leaves
+
+    rep = 20 if ns.quick else 100
+    rows = []
+    cold = None
+    for bsz, seqlen in ((8, 4096), (1, 32768)):
+        args = make_args(bsz, seqlen)
+        leaves = [x for _, x in tensor_leaves(args)]
+
+        def fwd():
+            return call(mimo_triton, args, chunk_size=16, precision="ieee")[0]
+
+        for x in leaves:
+            x.requires_grad_(True)
+        dout = torch.randn(bsz, seqlen, 32, 64, device="cuda", dtype=torch.bfloat16)
+
+        def fwd_bwd():
+            o = fwd()
+            torch.autograd.grad(o, leaves, dout, allow_unused=True)
+
+        if cold is None:
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            fwd_bwd()
+            torch.cuda.synchronize()
+            cold = time.perf_counter() - t0
+        with torch.no_grad():
+            t_fwd = bench_ms(fwd, rep=rep)
+        t_fb = bench_ms(fwd_bwd, rep=rep)
+        rows.append({"B": bsz, "T": seqlen, "H": 32, "N": 128, "P": 64, "R": 4, "dtype": "bf16",
+                     "fwd_ms": t_fwd, "fwd_bwd_ms": t_fb, "target_fwd_ms": 2.1, "target_fwd_bwd_ms": 8.4})
+        print(rows[-1], flush=True)
+        del args, leaves, dout
+        torch.cuda.empty_cache()
+    sweep = []
+    if ns.sweep:
+        import dataclasses
+
+        from mamba3.dispatch import device_spec
+        from mamba3.ops.mimo.configs import MimoProblem, choose_config
+
+        base = choose_config(device_spec(), MimoProblem(128, 64, 4))
+        variants = [dataclasses.replace(base, state_tiles=st, name=f"{base.name}-st{st}") for st in (1, 2, 4, 8)]
+        variants.append(dataclasses.replace(base, bm_bwd=32, warps_bwd=4, name=f"{base.name}-bwd32"))
+        args = make_args(8, 4096)
+        leaves = [x for _, x in tensor_leaves(args)]
+        for x in leaves:
+            x.requires_grad_(True)
+        dout = torch.randn(8, 4096, 32, 64, device="cuda", dtype=torch.bfloat16)
+        for cfg in variants:
+            def fwd(cfg=cfg):
+                return call(mimo_triton, args, chunk_size=16, precision="ieee", config=cfg)[0]
+
+            def fwd_bwd(cfg=cfg):
+                torch.autograd.grad(fwd(cfg), leaves, dout, allow_unused=True)
+
+            fwd_bwd()
+            with torch.no_grad():
+                t_fwd = bench_ms(fwd, rep=rep)
+            sweep.append({"config": cfg.name, "fwd_ms": t_fwd, "fwd_bwd_ms": bench_ms(fwd_bwd, rep=rep)})
+            print(sweep[-1], flush=True)
+    write_results(ns.out, "MIMO Mamba-3 Triton kernels", rows,
+                  extra={"cold_fwd_bwd_s": cold, **({"sweep": sweep} if sweep else {})})
+    print({"cold_fwd_bwd_s": cold})
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,166 @@
+"""SISO Triton kernels on the issue's H200 shapes: forward and forward+backward times, cold compile time,
+achieved HBM bandwidth and tensor-core throughput against ceilings measured in the same run.
+
+    python3 benchmarks/bench_siso.py --out results/siso.json      # also writes results/siso.md
+
+Times are triton.testing.do_bench medians (ms). Byte counts are the minimum traffic of each pass (inputs read
+once, outputs written once, chunk states written/read as the kernels do); FLOPs count the dots the kernels run.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import sys
+import tempfile
+import time
+
+# cold compile must not hit a warm cache: a private, empty cache for this process
+os.environ.setdefault("TRITON_CACHE_DIR", tempfile.mkdtemp(prefix="mamba3-bench-cache-"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+import torch  # noqa: E402
+
+from benchmarks.common import ceilings  # noqa: E402
+import triton  # noqa: E402
+from triton.testing import do_bench  # noqa: E402
+
+SHAPES = [
+    dict(name="B8-T4096-H32", B=8, T=4096, H=32, G=1, N=128, P=64, A=32),
+    dict(name="B1-T32768-H32", B=1, T=32768, H=32, G=1, N=128, P=64, A=32),
+]
+TARGETS = {"fwd_ms": 0.65, "fwdbwd_ms": 2.2}
+
+
+def make(shape, dtype=torch.bfloat16):
+    from mamba3.testing.inputs import siso_inputs
+
+    a = siso_inputs(bsz=shape["B"], seqlen=shape["T"], nheads=shape["H"], ngroups=shape["G"], dstate=shape["N"],
+                    headdim=shape["P"], nangles=shape["A"], dtype=dtype, device="cuda")
+    return a
+
+
+def traffic(shape, chunk, dtype_bytes=2):
+    B, T, H, G, N, P, A = (shape[k] for k in "B T H G N P A".split())
+    tok = B * T
+    nch = B * triton.cdiv(T, chunk)
+    inp = tok * (2 * G * N + 2 * H * P + H * A) * dtype_bytes + tok * H * 3 * 4  # q,k,v,z,angles + adt,dt,trap
+    out = tok * H * P * dtype_bytes
+    states = nch * H * P * N * 4
+    fwd_bytes = inp + out + 4 * states  # chunk_state write, state pass read+write, output read
+    # flops of the forward dots: chunk states 2·C·P·N per chunk, output Q̃K̃ᵀ 2C²N, Q̃Sᵀ 2CPN, (M)V 2C²P
+    fwd_flops = nch * H * (2 * chunk * P * N + 2 * chunk * chunk * N + 2 * chunk * P * N + 2 * chunk * chunk * P)
+    bwd_bytes = 2 * inp + out + 3 * tok * H * P * dtype_bytes + 10 * states  # rough: recompute + dS pass + grads
+    bwd_flops = 3 * fwd_flops + nch * H * (2 * chunk * P * N)  # recompute + dS + dv + dqk dots
+    return fwd_bytes, fwd_flops, fwd_bytes + bwd_bytes, fwd_flops + bwd_flops
+
+
+def bench_shape(shape, ceil):
+    from mamba3.ops.siso.configs import choose_config, problem_for
+    from mamba3.ops.siso.function import _spec, siso_triton
+
+    args = make(shape)
+    keys = ("q", "k", "v", "adt", "dt", "trap", "q_bias", "k_bias", "angles", "D", "z")
+    ins = [args[k] for k in keys]
+    cfg = choose_config(_spec(args["v"]), problem_for(args["q"], args["v"], None))
+
+    def fwd():
+        return siso_triton(*ins, None, None, None, "ieee")
+
+    leaves = [x.detach().requires_grad_(True) for x in ins]
+    do = torch.randn_like(args["v"])
+
+    def fwdbwd():
+        out, _ = siso_triton(*leaves, None, None, None, "ieee")
+        out.backward(do)
+
+    res = {"shape": shape, "config": cfg.as_dict()}
+    with torch.no_grad():
+        res["fwd_ms"] = do_bench(fwd, warmup=25, rep=200)
+    res["fwdbwd_ms"] = do_bench(fwdbwd, warmup=25, rep=200, grad_to_none=leaves)
+    fb, ff, tb, tf = traffic(shape, cfg.chunk)
+    res["fwd_GBps"] = fb / (res["fwd_ms"] * 1e-3) / 1e9
+    res["fwd_TFLOPs"] = ff / (res["fwd_ms"] * 1e-3) / 1e12
+    res["fwdbwd_GBps"] = tb / (res["fwdbwd_ms"] * 1e-3) / 1e9
+    res["fwdbwd_TFLOPs"] = tf / (res["fwdbwd_ms"] * 1e-3) / 1e12
+    res["fwd_bw_frac"] = fb / (res["fwd_ms"] * 1e-3) / (ceil["copy_TBps"] * 1e12)
+    res["fwd_tc_frac"] = ff / (res["fwd_ms"] * 1e-3) / (ceil["bf16_matmul_TFLOPs"] * 1e12)
+    res["targets"] = TARGETS
+    res["kernels_fwdbwd_ms"] = kernel_breakdown(fwdbwd, leaves)
+    return res
+
+
+def kernel_breakdown(fn, leaves):
+    """Per-kernel CUDA time (ms) of one call, from torch.profiler."""
+    from torch.profiler import ProfilerActivity, profile
+
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    for x in leaves:
+        x.grad = None
+    out = {}
+    for e in prof.key_averages():
+        t = getattr(e, "device_time_total", None) or getattr(e, "cuda_time_total", 0)
+        if t:
+            out[e.key[:60]] = round(t / 1e3, 4)
+    return dict(sorted(out.items(), key=lambda kv: -kv[1])[:25])
+
+
+def cold_compile():
+    """First forward+backward in this process (empty Triton cache): compiles every SISO kernel."""
+    from mamba3.ops.siso.function import siso_triton
+
+    shape = dict(B=1, T=512, H=4, G=1, N=128, P=64, A=32)
+    args = make(shape)
+    keys = ("q", "k", "v", "adt", "dt", "trap", "q_bias", "k_bias", "angles", "D", "z")
+    leaves = [args[k].detach().requires_grad_(True) for k in keys]
+    torch.cuda.synchronize()
+    t = time.perf_counter()
+    out, fs = siso_triton(*leaves, None, None, None, "ieee")
+    out.float().sum().backward()
+    torch.cuda.synchronize()
+    return time.perf_counter() - t
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", required=True, help="JSON path; a .md table is written beside it")
+    ap.add_argument("--shapes", default="all")
+    a = ap.parse_args()
+    info = {
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
+        "python": platform.python_version(), "cuda": torch.version.cuda,
+    }
+    res = {"info": info}
+    res["cold_compile_s"] = cold_compile()
+    res["ceilings"] = ceilings()
+    res["shapes"] = [bench_shape(s, res["ceilings"]) for s in SHAPES if a.shapes == "all" or s["name"] in a.shapes]
+    os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
+    with open(a.out, "w") as f:
+        json.dump(res, f, indent=2)
+    c = res["ceilings"]
+    lines = [f"# SISO Triton benchmark ({info['device']})", "",
+             f"{info['date']} · torch {info['torch']} · triton {info['triton']} · CUDA {info['cuda']}", "",
+             f"Ceilings measured in this run: device-to-device copy {c['copy_TBps']:.2f} TB/s, "
+             f"bf16 matmul {c['bf16_matmul_TFLOPs']:.0f} TFLOP/s. Cold compile (first fwd+bwd, empty cache): "
+             f"{res['cold_compile_s']:.1f} s.", "",
+             "| shape (bf16, G=1, N=128, P=64, A=32, D, Z) | fwd ms | fwd+bwd ms | fwd GB/s (% copy) | fwd TFLOP/s (% bf16 mm) | fwd+bwd TFLOP/s | target fwd / fwd+bwd |",
+             "|---|---|---|---|---|---|---|"]
+    for r in res["shapes"]:
+        lines.append(f"| {r['shape']['name']} | {r['fwd_ms']:.3f} | {r['fwdbwd_ms']:.3f} | {r['fwd_GBps']:.0f} "
+                     f"({100 * r['fwd_bw_frac']:.0f}%) | {r['fwd_TFLOPs']:.1f} ({100 * r['fwd_tc_frac']:.1f}%) | "
+                     f"{r['fwdbwd_TFLOPs']:.1f} | ≤ {TARGETS['fwd_ms']} / ≤ {TARGETS['fwdbwd_ms']} |")
+    md = os.path.splitext(a.out)[0] + ".md"
+    with open(md, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,111 @@
+"""Decode-step benchmark (one token, states updated in place), CUDA-graph timed.
+
+Default problem (issue 5): batch 128, H = 64, N = 128, P = 64, bf16 inputs, fp32 states; SISO and MIMO R = 4.
+Reports the time per step, the bytes the step must move (states read + written, inputs, output), the achieved
+bandwidth and its fraction of the device-to-device copy bandwidth measured in the same run, for the config the
+dispatcher chooses and for a small sweep of alternatives (so a better tile can be adopted from the data).
+
+    python3 benchmarks/bench_step.py --out results/step.json
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.common import ceilings, write_results  # noqa: E402
+from mamba3.ops.step.configs import StepConfig, StepProblem, choose_config  # noqa: E402
+from mamba3.ops.step.launch import step_triton  # noqa: E402
+
+
+def make(bsz, H, G, P, N, R, siso, dtype):
+    dev = "cuda"
+    A = N // 4
+    f32 = torch.float32
+    x = dict(q=torch.randn(bsz, R, G, N, device=dev, dtype=dtype), k=torch.randn(bsz, R, G, N, device=dev, dtype=dtype),
+             v=torch.randn(bsz, H, P, device=dev, dtype=dtype), adt=-torch.rand(bsz, H, device=dev) * 0.1,
+             dt=torch.rand(bsz, H, device=dev) * 0.1, trap=torch.randn(bsz, H, device=dev),
+             q_bias=torch.ones(H, R, N, device=dev), k_bias=torch.ones(H, R, N, device=dev),
+             mimo_v=None if siso else torch.ones(H, R, P, device=dev) / R,
+             mimo_z=None if siso else torch.ones(H, R, P, device=dev),
+             mimo_out=None if siso else torch.ones(H, R, P, device=dev) / R,
+             angles=torch.randn(bsz, A, device=dev), D=torch.ones(H, device=dev),
+             z=torch.randn(bsz, H, P, device=dev, dtype=dtype),
+             angle_state=torch.zeros(bsz, H, A, device=dev), ssm_state=torch.zeros(bsz, H, P, N, device=dev),
+             k_state=torch.zeros(bsz, R, H, N, device=dev, dtype=f32),
+             v_state=torch.zeros(bsz, H, P, device=dev, dtype=dtype), state_batch_indices=None, rms_norm=False,
+             norm_weight=None, norm_eps=1e-5)
+    return x
+
+
+ORDER = ["q", "k", "v", "adt", "dt", "trap", "q_bias", "k_bias", "mimo_v", "mimo_z", "mimo_out", "angles", "D",
+         "z", "angle_state", "ssm_state", "k_state", "v_state", "state_batch_indices", "rms_norm", "norm_weight",
+         "norm_eps"]
+
+
+def bytes_moved(x):
+    """Bytes a step must read and write: states twice (read + write), every other tensor once."""
+    total = 0
+    for n in ORDER:
+        t = x[n]
+        if isinstance(t, torch.Tensor):
+            total += t.numel() * t.element_size() * (2 if n.endswith("_state") else 1)
+    out = x["v"]
+    return total + out.numel() * out.element_size()
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--batch", type=int, default=128)
+    ap.add_argument("--nheads", type=int, default=64)
+    ap.add_argument("--dstate", type=int, default=128)
+    ap.add_argument("--headdim", type=int, default=64)
+    ap.add_argument("--no-sweep", action="store_true")
+    args = ap.parse_args()
+    import triton.testing
+
+    ceil = ceilings()
+    copy_bw = ceil["copy_TBps"]
+    rows = []
+    siso_ms = None
+    for mode, R in (("siso", 1), ("mimo", 4)):
+        siso = mode == "siso"
+        x = make(args.batch, args.nheads, 1, args.headdim, args.dstate, R, siso, torch.bfloat16)
+        nbytes = bytes_moved(x)
+        chosen = choose_config(None, StepProblem(args.headdim, args.dstate, R))
+        configs = [chosen]
+        if not args.no_sweep:
+            for bn in (32, 64, 128):
+                for w in (2, 4, 8):
+                    c = StepConfig(block_n=min(bn, 1 << (args.dstate - 1).bit_length()), num_warps=w)
+                    if c not in configs:
+                        configs.append(c)
+        for cfg in configs:
+            fn = lambda: step_triton(*[x[n] for n in ORDER], siso=siso, config=cfg)
+            fn()
+            torch.cuda.synchronize()
+            ms = float(triton.testing.do_bench_cudagraph(fn, rep=200, return_mode="median"))
+            tbps = nbytes / ms / 1e9
+            row = dict(op=mode, rank=R, batch=args.batch, nheads=args.nheads, headdim=args.headdim,
+                       dstate=args.dstate, block_n=cfg.block_n, num_warps=cfg.num_warps,
+                       chosen=cfg == chosen, ms=ms, MB=nbytes / 1e6, TBps=tbps, frac_of_copy=tbps / copy_bw)
+            if cfg == chosen and siso:
+                siso_ms = ms
+            if cfg == chosen and not siso and siso_ms:
+                row["vs_siso"] = ms / siso_ms
+            rows.append(row)
+            print(row, flush=True)
+    keys = sorted({k for r in rows for k in r}, key=lambda k: list(rows[-1]).index(k) if k in rows[-1] else 99)
+    rows = [{k: r.get(k, "") for k in keys} for r in rows]
+    targets = {"siso_ms_target": 0.14, "official_siso_ms": 0.156, "mimo_over_siso_target": 1.2}
+    write_results(args.out, "Mamba-3 decode step (bf16 inputs, fp32 states, CUDA graph)", rows,
+                  extra={**ceil, **targets})
+
+
+if __name__ == "__main__":
+    main()

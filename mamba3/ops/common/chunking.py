@@ -1,0 +1,75 @@
+"""Chunk tables: how the token axis is cut into chunks, for dense batches and for varlen (``cu_seqlens``).
+
+Contract (used by SISO and MIMO kernels alike):
+
+* A *chunk* is at most ``C`` consecutive tokens of one sequence; chunks never straddle sequences. Chunks are
+  numbered globally ``c = 0 .. nchunks-1``, sequence by sequence, in time order.
+* ``chunk_table`` (nchunks, 5) int32 on the device, one row per chunk:
+  ``[bidx, t0, L, seq, t_end]``: the batch row ``bidx`` (0 for varlen), the first token's time index ``t0``
+  inside that batch row, the chunk length ``L`` (1..C), the sequence index ``seq`` (0..NS-1: indexes the states),
+  and ``t_end`` = one past the sequence's last token in the batch row (so token t has a successor in its own
+  sequence iff ``t + 1 < t_end``).
+* ``seq_table`` (NS, 2) int32: ``[first chunk, number of chunks]`` of every sequence.
+* ``chunk_seq`` (nchunks,) int64, ``seq_first`` (NS,) int64, ``seq_last`` (NS,) int64 are torch index helpers for
+  host-side prefix sums over chunks.
+
+A dense batch (B, T) is NS = B sequences of length T and needs no host synchronisation; varlen reads
+``cu_seqlens`` on the host once.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass
+class Chunks:
+    chunk_size: int
+    nchunks: int
+    nseq: int
+    chunk_table: torch.Tensor  # (nchunks, 5) int32
+    seq_table: torch.Tensor  # (NS, 2) int32
+    chunk_seq: torch.Tensor  # (nchunks,) int64
+    seq_first: torch.Tensor  # (NS,) int64
+    seq_last: torch.Tensor  # (NS,) int64
+    seq_start_tok: torch.Tensor  # (NS,) int64: time index of each sequence's first token in its batch row
+    seq_last_tok: torch.Tensor  # (NS,) int64: time index of each sequence's last token in its batch row
+    seq_bidx: torch.Tensor  # (NS,) int64: batch row of each sequence
+    max_chunks: int = 0  # most chunks of any one sequence (host int: bound of the state-passing loop)
+
+
+def make_chunks(bsz: int, seqlen: int, chunk_size: int, cu_seqlens: torch.Tensor | None, device) -> Chunks:
+    C = int(chunk_size)
+    if cu_seqlens is None:
+        ncs = (seqlen + C - 1) // C
+        NS = bsz
+        nchunks = NS * ncs
+        c = torch.arange(nchunks, device=device, dtype=torch.int64)
+        b = c // ncs
+        j = c % ncs
+        t0 = j * C
+        L = torch.clamp(seqlen - t0, max=C)
+        tend = torch.full_like(c, seqlen)
+        table = torch.stack([b, t0, L, b, tend], 1).to(torch.int32).contiguous()
+        s = torch.arange(NS, device=device, dtype=torch.int64)
+        seq_first = s * ncs
+        seq_table = torch.stack([seq_first, torch.full_like(s, ncs)], 1).to(torch.int32).contiguous()
+        return Chunks(C, nchunks, NS, table, seq_table, b, seq_first, seq_first + ncs - 1,
+                      torch.zeros_like(s), torch.full_like(s, seqlen - 1), s, ncs)
+    cu = [int(x) for x in cu_seqlens.tolist()]
+    rows, seqs = [], []
+    for s in range(len(cu) - 1):
+        start, end = cu[s], cu[s + 1]
+        first = len(rows)
+        for t0 in range(start, end, C):
+            rows.append((0, t0, min(C, end - t0), s, end))
+        seqs.append((first, len(rows) - first))
+    table = torch.tensor(rows, dtype=torch.int32, device=device)
+    seq_table = torch.tensor(seqs, dtype=torch.int32, device=device)
+    chunk_seq = table[:, 3].to(torch.int64)
+    seq_first = seq_table[:, 0].to(torch.int64)
+    cu_t = torch.tensor(cu, dtype=torch.int64, device=device)
+    return Chunks(C, len(rows), len(seqs), table, seq_table, chunk_seq, seq_first,
+                  seq_first + seq_table[:, 1].to(torch.int64) - 1, cu_t[:-1], cu_t[1:] - 1,
+                  torch.zeros(len(seqs), dtype=torch.int64, device=device), max(n for _, n in seqs))

@@ -1,0 +1,172 @@
+"""Decay and angle cumsums across chunks (shared by SISO and MIMO).
+
+Contract
+--------
+``chunk_sums(adt, dt, angles, chunks, nangles)`` → ``(gsum (nchunks, H) fp32, asum (nchunks, H, A) fp32)``:
+    gsum[c, h] = Σ_{t∈c} adt[b, h, t] (the chunk's total log-decay), asum[c, h, a] = Σ_{t∈c} π·tanh(φ_{t,a})·dt_t
+    (per head, also when the angles are shared across heads). One program per (chunk, head).
+``angle_offsets(asum, chunks, angle_state)`` → ``(offset (nchunks, H, A) fp32, final_angle (NS, H, A) fp32)``:
+    θ at the start of chunk c is offset[c] + (within-chunk cumsum), offset[c] = (θ_init + Σ_{c'<c} asum[c']) mod 2π.
+    The prefix runs in float64 over chunk sums wrapped mod 2π, so the angles' precision does not depend on T.
+``angle_backward(R, dfinal_angle, angles, dt, chunks, ...)`` → ``(dangles fp32, ddt_angle (B, H, T) fp32,
+    dangle_state (NS, H, A))``, where ``R`` (B, T, H, A) fp32 holds, per token, the *within-chunk reverse cumsum*
+    of dθ (what the per-chunk backward kernels produce). The cross-chunk part (the gradient that later chunks
+    and the final angle state send back through the offsets) is added here: G_t = R_t + Σ_{later chunks} dθ +
+    dθ_final; dφ = π·sech²(φ)·dt·G (summed over heads when the angles are shared), ddt += Σ_a π·tanh(φ)·G.
+    The mod 2π is treated as the identity for gradients.
+
+Layouts: adt, dt (B, H, T) with unit time stride; angles (B, T, H, A) or shared (B, T, A) with unit last stride.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import triton
+import triton.language as tl
+
+from .chunking import Chunks
+from .launch import launch
+from .tiles import tanh_sech2
+
+TWO_PI = 2.0 * math.pi
+
+
+@triton.jit(do_not_specialize=["T"])
+def chunk_sums_kernel(adt_ptr, dt_ptr, ang_ptr, gsum_ptr, asum_ptr, table_ptr,
+                      T, sa_t, sa_h, H, A,
+                      C: tl.constexpr, BA: tl.constexpr, HAS_ANG: tl.constexpr):
+    s_h = T
+    s_b = H * T
+    sa_b = T * sa_t
+    pid = tl.program_id(0).to(tl.int64)  # chunk-major, head fastest (DRAM locality of (B, T, H, A) angles)
+    c = pid // H
+    h = pid % H
+    bidx = tl.load(table_ptr + c * 5 + 0).to(tl.int64)
+    t0 = tl.load(table_ptr + c * 5 + 1).to(tl.int64)
+    L = tl.load(table_ptr + c * 5 + 2)
+    i = tl.arange(0, C)
+    m = i < L
+    base = bidx * s_b + h * s_h + t0
+    a = tl.load(adt_ptr + base + i, mask=m, other=0.0).to(tl.float32)
+    tl.store(gsum_ptr + c * H + h, tl.sum(a, 0))
+    if HAS_ANG:
+        dt = tl.load(dt_ptr + base + i, mask=m, other=0.0).to(tl.float32)
+        pa = tl.arange(0, BA)
+        am = pa < A
+        row = bidx * sa_b + (t0 + i) * sa_t + h * sa_h
+        phi = tl.load(ang_ptr + row[:, None] + pa[None, :], mask=m[:, None] & am[None, :], other=0.0).to(tl.float32)
+        th, _ = tanh_sech2(phi)
+        inc = 3.141592653589793 * th * dt[:, None]
+        tl.store(asum_ptr + (c * H + h) * A + pa, tl.sum(inc, 0), mask=am)
+
+
+def chunk_sums(adt, dt, angles, chunks: Chunks, nheads: int, nangles: int):
+    """Launch :func:`chunk_sums_kernel`. adt/dt must have unit time stride, angles unit last stride."""
+    dev = adt.device
+    gsum = torch.empty(chunks.nchunks, nheads, device=dev, dtype=torch.float32)
+    asum = torch.empty(chunks.nchunks, nheads, max(nangles, 1), device=dev, dtype=torch.float32)
+    shared = angles.dim() == 3
+    assert angles.is_contiguous() and adt.is_contiguous() and dt.is_contiguous()
+    sa_t = nangles if shared else nheads * nangles
+    sa_h = 0 if shared else nangles
+    launch(chunk_sums_kernel, (chunks.nchunks * nheads,), 
+        adt, dt, angles, gsum, asum, chunks.chunk_table, adt.shape[-1], sa_t, sa_h, nheads, nangles, C=chunks.chunk_size, BA=triton.next_power_of_2(max(nangles, 1)),
+        HAS_ANG=nangles > 0, num_warps=1)
+    return gsum, asum[..., :nangles]
+
+
+def _cumsum_chunks(x):
+    """cumsum over the chunk axis (dim 0) of a small (nchunks, H, A) float64 tensor; scanned along the
+    contiguous last axis (torch's outer-dim scan is much slower)."""
+    return torch.cumsum(x.movedim(0, -1).contiguous(), -1).movedim(-1, 0)
+
+
+def angle_offsets(asum: torch.Tensor, chunks: Chunks, angle_state: torch.Tensor | None):
+    """θ offset of every chunk (fp32, in [0, 2π)) and the final angle state; float64 prefix over wrapped sums."""
+    w = torch.remainder(asum.to(torch.float64), TWO_PI)
+    incl = _cumsum_chunks(w)
+    excl = incl - w
+    excl = excl - excl[chunks.seq_first][chunks.chunk_seq]
+    end = excl[chunks.seq_last] + w[chunks.seq_last]
+    if angle_state is not None:
+        st = angle_state.to(torch.float64)
+        excl = excl + st[chunks.chunk_seq]
+        end = end + st
+    return torch.remainder(excl, TWO_PI).to(torch.float32).contiguous(), torch.remainder(end, TWO_PI)
+
+
+@triton.jit(do_not_specialize=["T"])
+def angle_bwd_kernel(ang_ptr, dt_ptr, r_ptr, dlater_ptr, dang_ptr, ddt_ptr, table_ptr,
+                     T, sa_t, sa_h, H, A,
+                     C: tl.constexpr, BA: tl.constexpr, SHARED: tl.constexpr):
+    s_h = T
+    s_b = H * T
+    sa_b = T * sa_t
+    sr_t = H * A
+    sr_b = T * sr_t
+    pid = tl.program_id(0).to(tl.int64)
+    if SHARED:
+        c = pid
+        hp = pid * 0
+    else:
+        c = pid // H
+        hp = pid % H
+    bidx = tl.load(table_ptr + c * 5 + 0).to(tl.int64)
+    t0 = tl.load(table_ptr + c * 5 + 1).to(tl.int64)
+    L = tl.load(table_ptr + c * 5 + 2)
+    i = tl.arange(0, C)
+    m = i < L
+    pa = tl.arange(0, BA)
+    am = pa < A
+    mm = m[:, None] & am[None, :]
+    t = t0 + i
+    if SHARED:
+        nh = H
+        h0 = 0
+    else:
+        nh = 1
+        h0 = hp
+    phi_row = bidx * sa_b + t * sa_t + h0 * sa_h
+    phi = tl.load(ang_ptr + phi_row[:, None] + pa[None, :], mask=mm, other=0.0).to(tl.float32)
+    th, se = tanh_sech2(phi)
+    dphi = tl.zeros([C, BA], dtype=tl.float32)
+    for hh in range(nh):
+        h = h0 + hh
+        dt = tl.load(dt_ptr + bidx * s_b + h * s_h + t, mask=m, other=0.0).to(tl.float32)
+        r = tl.load(r_ptr + bidx * sr_b + t[:, None] * sr_t + h * A + pa[None, :], mask=mm, other=0.0)
+        g = r + tl.load(dlater_ptr + (c * H + h) * A + pa, mask=am, other=0.0)[None, :]
+        g = tl.where(mm, g, 0.0)
+        dphi += 3.141592653589793 * se * dt[:, None] * g
+        tl.store(ddt_ptr + bidx * s_b + h * s_h + t, tl.sum(3.141592653589793 * th * g, 1), mask=m)
+    tl.store(dang_ptr + phi_row[:, None] + pa[None, :], dphi, mask=mm)
+
+
+def angle_backward(R, dfinal_angle, angles, dt, chunks: Chunks, nheads: int, nangles: int):
+    """See the module docstring. R: (B, T, H, A) fp32 contiguous. dfinal_angle: (NS, H, A) or None."""
+    dev = R.device
+    B, T = R.shape[0], R.shape[1]
+    # dθ summed over each chunk = R at the chunk's first token.
+    tab = chunks.chunk_table.to(torch.int64)
+    doff = R[tab[:, 0], tab[:, 1]].to(torch.float64)  # (nchunks, H, A)
+    tot = _cumsum_chunks(doff)
+    seq_end_tot = tot[chunks.seq_last]  # (NS, H, A)
+    dlater = seq_end_tot[chunks.chunk_seq] - tot
+    seq_sum = seq_end_tot - (tot[chunks.seq_first] - doff[chunks.seq_first])
+    if dfinal_angle is not None:
+        dfa = dfinal_angle.to(torch.float64)
+        dlater = dlater + dfa[chunks.chunk_seq]
+        seq_sum = seq_sum + dfa
+    dlater = dlater.to(torch.float32).contiguous()
+    shared = angles.dim() == 3
+    dang = torch.empty(angles.shape, device=dev, dtype=torch.float32)  # fully written by the kernel
+    ddt = torch.empty(B, nheads, T, device=dev, dtype=torch.float32)
+    sa_t = nangles if shared else nheads * nangles
+    sa_h = 0 if shared else nangles
+    assert R.is_contiguous() and dt.is_contiguous()
+    # angles may have other strides than dang: make a contiguous copy for the kernel
+    ang = angles.contiguous()
+    launch(angle_bwd_kernel, (chunks.nchunks * (1 if shared else nheads),), 
+        ang, dt, R, dlater, dang, ddt, chunks.chunk_table, T, sa_t, sa_h, nheads, nangles,
+        C=chunks.chunk_size, BA=triton.next_power_of_2(max(nangles, 1)), SHARED=shared, num_warps=2)
+    return dang, ddt, seq_sum

@@ -1,0 +1,81 @@
+"""Chunk-state passing (shared by SISO and MIMO): the only sequential pass, and a light one.
+
+Contract
+--------
+``state_passing(X, gsum, chunks, init=None, final=None, reverse=False)``, in place on ``X``:
+
+* ``X`` (nchunks, H, PN) fp32 contiguous (PN = P·N, any layout of the state as long as it is the same
+  everywhere): on entry X[c] is chunk c's *local* contribution L[c]; on exit X[c] is the state carried *into*
+  chunk c (forward) or the gradient arriving at the *end* of chunk c (reverse).
+* ``gsum`` (nchunks, H) fp32: the chunk's total log-decay g[c] (state leaving = e^{g[c]}·state entering + L[c]).
+* forward:  x = init[s] (zeros if None); for c in the sequence's chunks: X[c] ← x; x ← e^{g[c]}·x + L[c];
+  final[s] ← x.  (Input states enter here, final states leave here.)
+* reverse:  x = init[s] (the gradient of the final state, zeros if None); for c from the last chunk back:
+  X[c] ← x; x ← e^{g[c]}·x + L[c]; final[s] ← x (the gradient of the sequence's input state).
+  L[c] is then the chunk's local dS: Σ_i e^{cs_i}·dy_i q̃_iᵀ for SISO.
+* ``init``/``final`` (NS, H, PN) fp32 or None.
+
+Grid (NS, H, cdiv(PN, BLOCK)): each program walks the chunks of one sequence for one slab of the state.
+"""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from .chunking import Chunks
+from .launch import launch
+
+
+@triton.jit(do_not_specialize=["max_chunks"])
+def state_passing_kernel(x_ptr, g_ptr, init_ptr, final_ptr, seq_table_ptr, H, PN, max_chunks,
+                         BLOCK: tl.constexpr, HAS_INIT: tl.constexpr, HAS_FINAL: tl.constexpr,
+                         REVERSE: tl.constexpr):
+    s = tl.program_id(0).to(tl.int64)
+    h = tl.program_id(1).to(tl.int64)
+    blk = tl.program_id(2)
+    first = tl.load(seq_table_ptr + s * 2).to(tl.int64)
+    n = tl.load(seq_table_ptr + s * 2 + 1)
+    o = blk * BLOCK + tl.arange(0, BLOCK)
+    m = o < PN
+    if HAS_INIT:
+        x = tl.load(init_ptr + (s * H + h) * PN + o, mask=m, other=0.0).to(tl.float32)
+    else:
+        x = tl.zeros([BLOCK], dtype=tl.float32)
+    # The trip count is a host int (the longest sequence's chunk count; shorter sequences idle through the
+    # tail): a loop bound loaded from memory is fine compiled but not in the interpreter.
+    # The next chunk's local state and decay are loaded one step ahead (before this step's store), so each step
+    # waits on one DRAM round trip less; the loads never alias the store (different chunks).
+    c0 = first + (n - 1) * REVERSE
+    loc_next = tl.load(x_ptr + (c0 * H + h) * PN + o, mask=m & (n > 0), other=0.0)
+    g_next = tl.load(g_ptr + c0 * H + h)
+    for j in range(max_chunks):
+        live = j < n
+        if REVERSE:
+            c = first + n - 1 - j
+            cn = c - 1
+        else:
+            c = first + j
+            cn = c + 1
+        c = tl.where(live, c, first)
+        has_next = j + 1 < n
+        cn = tl.where(has_next, cn, first)
+        loc = loc_next
+        g = g_next
+        loc_next = tl.load(x_ptr + (cn * H + h) * PN + o, mask=m & has_next, other=0.0)
+        g_next = tl.load(g_ptr + cn * H + h)
+        tl.store(x_ptr + (c * H + h) * PN + o, x, mask=m & live)
+        x = tl.where(live, tl.exp(g) * x + loc, x)
+    if HAS_FINAL:
+        tl.store(final_ptr + (s * H + h) * PN + o, x, mask=m)
+
+
+def state_passing(X, gsum, chunks: Chunks, init=None, final=None, reverse=False, block=1024):
+    nchunks, H = X.shape[0], X.shape[1]
+    PN = X[0, 0].numel()
+    block = min(block, triton.next_power_of_2(PN))
+    launch(state_passing_kernel, (chunks.nseq, H, triton.cdiv(PN, block)), 
+        X, gsum, init if init is not None else X, final if final is not None else X, chunks.seq_table, H, PN,
+        chunks.max_chunks, BLOCK=block, HAS_INIT=init is not None, HAS_FINAL=final is not None, REVERSE=reverse,
+        num_warps=4)
+    return X

@@ -1,0 +1,122 @@
+"""@triton.jit building blocks shared by the SISO and MIMO chunk kernels.
+
+Contract: every helper works on one chunk of one (sequence, head): rows ``i = 0..C-1`` are the chunk's tokens
+(``i < L`` valid; invalid rows load zeros so they contribute nothing). Everything is fp32.
+
+* ``chunk_scalars``   a_t, dt_t, λ_t = σ(trap_t), γ_t = λ_t·dt_t, scale_t = γ_t + dt_{t+1}(1−λ_{t+1}) (0 when t is the
+                      sequence's last token), and the within-chunk cumsum cs_t = Σ_{r≤t} a_r.
+* ``theta_tile``      θ (C × BA) = offset[c] + within-chunk cumsum of π·tanh(φ)·dt for the angle columns ``pa``
+                      (columns ≥ A give θ = 0: no rotation). tanh is 2σ(2x)−1 (no libdevice: runs in the interpreter).
+* ``tanh_sech2``      tanh and sech² of x through one sigmoid.
+* ``sincos``          sin and cos for moderate |x| (θ < 2π + a chunk's increments): quadrant reduction by π/2
+                      (three-constant Cody–Waite) and degree-9/10 polynomials on [−π/4, π/4]; abs error ≈ 1e-7. Plain
+                      arithmetic, so it runs in the interpreter and avoids libdevice's large sin/cos code (which
+                      carries local-memory arrays for the huge-argument path and costs registers/occupancy).
+* ``join_pairs``      (even, odd) C×K halves → the interleaved C×2K tile (adjacent pairs), for dot operands.
+* ``split_pairs``     the inverse.
+"""
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+PI = tl.constexpr(3.141592653589793)
+
+
+@triton.jit
+def chunk_scalars(adt_ptr, dt_ptr, trap_ptr, base, t0, L, t_end, C: tl.constexpr):
+    """Per-token trapezoid coefficients of one chunk; ``base`` points at (batch row, head) of (B, H, T) tensors."""
+    i = tl.arange(0, C)
+    m = i < L
+    t = t0 + i
+    a = tl.load(adt_ptr + base + t, mask=m, other=0.0).to(tl.float32)
+    dt = tl.load(dt_ptr + base + t, mask=m, other=0.0).to(tl.float32)
+    lam = tl.sigmoid(tl.load(trap_ptr + base + t, mask=m, other=0.0).to(tl.float32))
+    mn = (t + 1 < t_end) & m
+    dtn = tl.load(dt_ptr + base + t + 1, mask=mn, other=0.0).to(tl.float32)
+    lamn = tl.sigmoid(tl.load(trap_ptr + base + t + 1, mask=mn, other=0.0).to(tl.float32))
+    gamma = lam * dt
+    scale = gamma + dtn * (1.0 - lamn)
+    cs = tl.cumsum(a, 0)
+    return i, m, a, dt, lam, gamma, scale, cs
+
+
+@triton.jit
+def tanh_sech2(x):
+    s = tl.sigmoid(2.0 * x)
+    return 2.0 * s - 1.0, 4.0 * s * (1.0 - s)
+
+
+@triton.jit
+def sincos(x):
+    k = tl.floor(x * 0.6366197723675814 + 0.5)  # nearest multiple of π/2
+    # π/2 = 1.5703125 + 4.837512969970703125e-4 + 7.549789954891882e-8 (Cody–Waite: k·c exact for small k)
+    r = x - k * 1.5703125
+    r = r - k * 4.837512969970703125e-4
+    r = r - k * 7.549789954891882e-8
+    r2 = r * r
+    s = r + r * r2 * (-1.6666666666666666e-01 + r2 * (8.333333333333333e-03 + r2 * (
+        -1.984126984126984e-04 + r2 * (2.7557319223985893e-06 + r2 * -2.505210838544172e-08))))
+    c = 1.0 + r2 * (-0.5 + r2 * (4.1666666666666664e-02 + r2 * (-1.388888888888889e-03 + r2 * (
+        2.48015873015873e-05 + r2 * -2.755731922398589e-07))))
+    q = k - 4.0 * tl.floor(k * 0.25)  # quadrant 0..3
+    sn = tl.where(q == 0.0, s, tl.where(q == 1.0, c, tl.where(q == 2.0, -s, -c)))
+    cn = tl.where(q == 0.0, c, tl.where(q == 1.0, -s, tl.where(q == 2.0, -c, s)))
+    return sn, cn
+
+
+@triton.jit
+def theta_tile(ang_ptr, ang_row, m, dt, off_ptr, pa, A):
+    """θ for the rows of a chunk (``ang_row``: (C,) element offsets of φ rows) and the angle columns ``pa``."""
+    am = pa < A
+    mm = m[:, None] & am[None, :]
+    phi = tl.load(ang_ptr + ang_row[:, None] + pa[None, :], mask=mm, other=0.0).to(tl.float32)
+    th, _ = tanh_sech2(phi)
+    inc = PI * th * dt[:, None]
+    off = tl.load(off_ptr + pa, mask=am, other=0.0)
+    return tl.cumsum(inc, 0) + off[None, :]
+
+
+@triton.jit
+def rotation_tile(ang_ptr, ang_row, m, dt, off_ptr, pa, A, C: tl.constexpr, BH: tl.constexpr):
+    """(sin θ, cos θ) for the angle columns ``pa`` of one N block; blocks past the A rotated pairs skip the work."""
+    if tl.min(pa, 0) < A:
+        si, co = sincos(theta_tile(ang_ptr, ang_row, m, dt, off_ptr, pa, A))
+    else:
+        si = tl.zeros([C, BH], dtype=tl.float32)
+        co = tl.full([C, BH], 1.0, dtype=tl.float32)
+    return si, co
+
+
+@triton.jit
+def load_pairs(ptr, row, m, n0, C: tl.constexpr, BN: tl.constexpr):
+    """Rows ``row`` (C,) of a [*, N] tensor, dims n0..n0+BN: one contiguous (vectorised) load, then the adjacent
+    pairs are split in registers into (even, odd) C×BN/2 fp32 halves."""
+    n = n0 + tl.arange(0, BN)
+    x = tl.load(ptr + row[:, None] + n[None, :], mask=m[:, None], other=0.0).to(tl.float32)
+    return tl.split(tl.reshape(x, (C, BN // 2, 2)))
+
+
+@triton.jit
+def add_bias_pairs(e, o, ptr, n0, BN: tl.constexpr):
+    """(even, odd) halves from load_pairs plus the bias dims n0..n0+BN at ``ptr`` (one head's N biases)."""
+    x = tl.load(ptr + n0 + tl.arange(0, BN)).to(tl.float32)
+    be, bo = tl.split(tl.reshape(x, (BN // 2, 2)))
+    return e + be[None, :], o + bo[None, :]
+
+
+@triton.jit
+def store_pairs(ptr, row, m, n0, e, o, C: tl.constexpr, BN: tl.constexpr):
+    n = n0 + tl.arange(0, BN)
+    x = tl.reshape(tl.join(e, o), (C, BN))
+    tl.store(ptr + row[:, None] + n[None, :], x.to(ptr.dtype.element_ty), mask=m[:, None])
+
+
+@triton.jit
+def join_pairs(e, o, R: tl.constexpr, K2: tl.constexpr):
+    return tl.reshape(tl.join(e, o), (R, K2))
+
+
+@triton.jit
+def split_pairs(x, R: tl.constexpr, K: tl.constexpr):
+    return tl.split(tl.reshape(x, (R, K, 2)))

@@ -1,0 +1,278 @@
+"""MIMO backward kernels.
+
+Given dy (per-rank gradient of y, from ``mimo_out_kernel`` with BWD=True) the backward is:
+
+- ``mimo_chunk_state_kernel`` MODE 1: dL_c = Σ_{i∈c} e^{c_i} dy_i q̃_iᵀ per state chunk (the gradient its
+  outputs send to the chunk's incoming state);
+- ``mimo_state_bwd_kernel``: reverse pass over the state chunks: dS_end[c] (gradient w.r.t. the state at the
+  end of chunk c), the gradient of the input state, and ⟨dS_end[c], S_end[c]⟩ (the gradient of the chunk's
+  total log-decay);
+- ``mimo_bwd_dqk_kernel`` (launched twice: dq̃, then dk̃) per (N-pair block, token tile, q/k group), looping
+  over the heads of the group so dQ/dK are reduced in registers (no per-head copy in memory), then dθ, the
+  bias partials, the log-decay partials Σ_r (q̃·dq̃ − k̃·dk̃) and the rotation back to pre-rotation gradients;
+- ``mimo_bwd_dv_kernel``: dṽ (→ dv, dψ partials), d scale, dγ and dD partials per (token tile, head).
+
+With W_ij = e^{c_i − c_j}·scale_j (t_i > t_j), γ_i (t_i = t_j) and dP_ij = dy_i·ṽ_j:
+    dq̃_i = e^{c_i} S_bᵀ dy_i + Σ_j (W ∘ dP)_ij k̃_j
+    dk̃_j = e^{c_end − c_j} scale_j dS_endᵀ ṽ_j + Σ_i (W ∘ dP)_ij q̃_i
+    dṽ_j = e^{c_end − c_j} scale_j dS_end k̃_j + Σ_i (W ∘ A)_ij dy_i + D dy_j,   A_ij = q̃_i·k̃_j
+The gradient of the in-chunk log-decay cumsum at token t is Σ_r (q̃·dq̃ − k̃·dk̃) (the same-token γ terms
+cancel), plus ⟨dS_end, S_end⟩ at the chunk's last token.
+"""
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from .tiles import load_rank_p, load_rows_p, load_state_pair, pair_weights, rot_pair, rows_of, vtilde
+
+
+@triton.jit(do_not_specialize=["TT", "NBC"])
+def mimo_state_bwd_kernel(BUF, SIN, SFIN, DSFIN, DS0, DCEND, CS, BC_END, SEQ_BC, TT, H, PN, NBC,
+                          HAS_DSFIN: tl.constexpr, BLK: tl.constexpr):
+    """Per (sequence, head), state chunks in reverse: BUF[c] (dL_c on entry) ← dS_end[c];
+    dS ← e^{c_end}·dS + dL_c. DCEND[blk, h, c] = partial ⟨dS_end[c], S_end[c]⟩. grid: (P·N blocks, NS, H)."""
+    pid = tl.program_id(0)
+    s = tl.program_id(1)
+    h = tl.program_id(2)
+    e = pid * BLK + tl.arange(0, BLK)
+    m = e < PN
+    fin = (s * H + h).to(tl.int64) * PN + e
+    if HAS_DSFIN:
+        ds = tl.load(DSFIN + fin, mask=m, other=0.0)
+    else:
+        ds = tl.zeros((BLK,), dtype=tl.float32)
+    c_lo = tl.load(SEQ_BC + s)
+    c_hi = tl.load(SEQ_BC + s + 1)
+    for i in range(0, c_hi - c_lo):
+        bc = c_hi - 1 - i
+        off = (bc * H + h).to(tl.int64) * PN + e
+        d = tl.load(BUF + off, mask=m, other=0.0)
+        tl.store(BUF + off, ds, mask=m)
+        last = bc == c_hi - 1
+        s_end = tl.load(SFIN + fin, mask=m & last, other=0.0) + \
+            tl.load(SIN + off + H * PN, mask=m & (bc < c_hi - 1), other=0.0)
+        tl.store(DCEND + (pid * H + h) * NBC + bc, tl.sum(ds * s_end, axis=0))
+        c_end = tl.load(CS + h * TT + tl.load(BC_END + bc) - 1)
+        ds = tl.exp(c_end) * ds + d
+    tl.store(DS0 + fin, ds, mask=m)
+
+
+@triton.jit(do_not_specialize=["TT"])
+def mimo_bwd_dqk_kernel(Q, K, V, TH, CS, GAM, SCL, QB, KB, PSI, DY, SIN, DSEND,
+                        DX, DTH, DCP, DXBP,
+                        SC_START, SC_END, SC_BC, BC_START, BC_END, TT, H, HG, G, N2, A, P,
+                        R: tl.constexpr, BM: tl.constexpr, BK: tl.constexpr, BP: tl.constexpr,
+                        IS_K: tl.constexpr, DOT_PREC: tl.constexpr):
+    """dq̃ (IS_K=False) or dk̃ (IS_K=True) of one (N-pair block, token tile, q/k group); grid (nkb, tiles, G).
+
+    Loops over the heads of the group and reduces dQ / dK in registers. Also writes, per head, the angle
+    gradient (the q part first; the k launch adds its part to it), the log-decay partial ±Σ_r x̃·dx̃ and the
+    bias partial of the tile."""
+    CT: tl.constexpr = BM // R
+    kb = tl.program_id(0)
+    sc = tl.program_id(1)
+    g = tl.program_id(2)
+    k0 = kb * BK
+    tok0 = tl.load(SC_START + sc)
+    tok1 = tl.load(SC_END + sc)
+    bc = tl.load(SC_BC + sc)
+    tb = tl.load(BC_START + bc)
+    te = tl.load(BC_END + bc)
+    sq_t = R * G * 2 * N2
+    sq_r = G * 2 * N2
+    sv_t = H * P
+    sy_t = R * H * P
+    sth_t = H * A
+    Qg = Q + g * 2 * N2
+    Kg = K + g * 2 * N2
+    PN = P * 2 * N2
+
+    t, r, valid = rows_of(tok1 - tok0, R, BM)
+    ti = tok0 + t
+    kk = k0 + tl.arange(0, BK)
+    km = kk < N2
+    tt = tl.arange(0, CT)
+    tv = tt < tok1 - tok0
+    dX1 = tl.zeros((BM, BK), dtype=tl.float32)  # [BM, BK]
+    dX2 = tl.zeros((BM, BK), dtype=tl.float32)
+    for hh in range(0, HG):
+        h = g * HG + hh
+        QBh = QB + h * R * 2 * N2
+        KBh = KB + h * R * 2 * N2
+        THh = TH + h * A
+        Vh = V + h * P
+        PSIh = PSI + h * R * P
+        DYh = DY + h * P
+        ci = tl.load(CS + h * TT + ti, mask=valid, other=0.0)
+        gi = tl.load(GAM + h * TT + ti, mask=valid, other=0.0)
+        if not IS_K:
+            # dq̃_i = e^{c_i} S_bᵀ dy_i + Σ_{j ≤ i} (W ∘ dP)_ij k̃_j
+            dy_i = load_rows_p(DYh, sy_t, sv_t, ti, r, valid, P, BP)  # [BM, BP]
+            s1, s2 = load_state_pair(SIN + (bc * H + h).to(tl.int64) * PN, k0, N2, P, BP, BK)  # [BP, BK]
+            ei = tl.exp(ci)[:, None]
+            dx1 = tl.dot(dy_i, s1, input_precision=DOT_PREC) * ei
+            dx2 = tl.dot(dy_i, s2, input_precision=DOT_PREC) * ei
+            for kt0 in range(tb, tok1, CT):
+                tj_, rj, vj = rows_of(tok1 - kt0, R, BM)
+                tj = kt0 + tj_
+                vt_j = vtilde(Vh, sv_t, PSIh, P, kt0, tok1 - kt0, P, R, BM, BP)
+                dp = tl.dot(dy_i, tl.trans(vt_j), input_precision=DOT_PREC)  # [BM, BM]
+                cj = tl.load(CS + h * TT + tj, mask=vj, other=0.0)
+                scj = tl.load(SCL + h * TT + tj, mask=vj, other=0.0)
+                dpw = dp * pair_weights(ti, tj, ci, cj, scj, gi)
+                k1j, k2j, _c, _s = rot_pair(Kg, sq_t, sq_r, KBh, THh, sth_t, kt0, tok1 - kt0, k0, N2, A, R, BM, BK)
+                dx1 = tl.dot(dpw, k1j, dx1, input_precision=DOT_PREC)
+                dx2 = tl.dot(dpw, k2j, dx2, input_precision=DOT_PREC)
+            x1, x2, cs_, sn_ = rot_pair(Qg, sq_t, sq_r, QBh, THh, sth_t, tok0, tok1 - tok0, k0, N2, A, R, BM, BK)
+        else:
+            # dk̃_j = e^{c_end − c_j} scale_j dS_endᵀ ṽ_j + Σ_{i ≥ j} (W ∘ dP)_ij q̃_i
+            sci = tl.load(SCL + h * TT + ti, mask=valid, other=0.0)
+            c_end = tl.load(CS + h * TT + te - 1)
+            vt_i = vtilde(Vh, sv_t, PSIh, P, tok0, tok1 - tok0, P, R, BM, BP)
+            d1, d2 = load_state_pair(DSEND + (bc * H + h).to(tl.int64) * PN, k0, N2, P, BP, BK)
+            wst = (tl.exp(c_end - ci) * sci)[:, None]
+            dx1 = tl.dot(vt_i, d1, input_precision=DOT_PREC) * wst
+            dx2 = tl.dot(vt_i, d2, input_precision=DOT_PREC) * wst
+            for qt0 in range(tok0, te, CT):
+                tq_, rq, vq = rows_of(te - qt0, R, BM)
+                tq = qt0 + tq_
+                dy_q = load_rows_p(DYh, sy_t, sv_t, tq, rq, vq, P, BP)
+                dpt = tl.dot(vt_i, tl.trans(dy_q), input_precision=DOT_PREC)  # [BM (own keys), BM (queries)]
+                cq = tl.load(CS + h * TT + tq, mask=vq, other=0.0)
+                strict = tq[None, :] > ti[:, None]
+                e = tl.exp(tl.where(strict, cq[None, :] - ci[:, None], 0.0))
+                wt = tl.where(strict, e * sci[:, None], tl.where(tq[None, :] == ti[:, None], gi[:, None], 0.0))
+                dpw = dpt * wt
+                q1q, q2q, _c, _s = rot_pair(Qg, sq_t, sq_r, QBh, THh, sth_t, qt0, te - qt0, k0, N2, A, R, BM, BK)
+                dx1 = tl.dot(dpw, q1q, dx1, input_precision=DOT_PREC)
+                dx2 = tl.dot(dpw, q2q, dx2, input_precision=DOT_PREC)
+            x1, x2, cs_, sn_ = rot_pair(Kg, sq_t, sq_r, KBh, THh, sth_t, tok0, tok1 - tok0, k0, N2, A, R, BM, BK)
+
+        # log-decay partial (q: +x̃·dx̃, k: −x̃·dx̃), angle gradient, back to pre-rotation
+        dc = tl.sum(x1 * dx1 + x2 * dx2, axis=1)  # [BM]
+        dc = tl.sum(tl.reshape(dc, (CT, R)), axis=1)  # [CT]
+        if IS_K:
+            dc = -dc
+        tl.store(DCP + ((IS_K * tl.cdiv(N2, BK) + kb) * H + h).to(tl.int64) * TT + tok0 + tt, dc, mask=tv)
+        dth = tl.sum(tl.reshape(x1 * dx2 - x2 * dx1, (CT, R, BK)), axis=1)  # [CT, BK]
+        mth = tv[:, None] & (kk < A)[None, :]
+        offth = ((tok0 + tt).to(tl.int64)[:, None] * H + h) * A + kk[None, :]
+        if IS_K:
+            dth += tl.load(DTH + offth, mask=mth, other=0.0)
+        tl.store(DTH + offth, dth, mask=mth)
+        dxp1 = dx1 * cs_ + dx2 * sn_
+        dxp2 = dx2 * cs_ - dx1 * sn_
+        dX1 += dxp1
+        dX2 += dxp2
+        ro = tl.arange(0, R)
+        offb = ((sc * H + h) * R + ro[:, None]).to(tl.int64) * (2 * N2) + kk[None, :]
+        tl.store(DXBP + offb, tl.sum(tl.reshape(dxp1, (CT, R, BK)), axis=0), mask=km[None, :])
+        tl.store(DXBP + offb + N2, tl.sum(tl.reshape(dxp2, (CT, R, BK)), axis=0), mask=km[None, :])
+
+    m = valid[:, None] & km[None, :]
+    off = ti.to(tl.int64)[:, None] * sq_t + r[:, None] * sq_r + g * 2 * N2 + kk[None, :]
+    tl.store(DX + off, dX1.to(DX.dtype.element_ty), mask=m)
+    tl.store(DX + off + N2, dX2.to(DX.dtype.element_ty), mask=m)
+
+
+@triton.jit(do_not_specialize=["TT"])
+def mimo_bwd_dv_kernel(Q, K, V, TH, CS, GAM, SCL, QB, KB, PSI, DD, DY, DSEND,
+                       DV, DPSIP, DDP, DSCL, DGAM,
+                       SC_START, SC_END, SC_BC, BC_START, BC_END, TT, H, HG, G, N2, A, P,
+                       R: tl.constexpr, BM: tl.constexpr, BK: tl.constexpr, BP: tl.constexpr,
+                       HAS_D: tl.constexpr, ONE_K: tl.constexpr, DOT_PREC: tl.constexpr):
+    """grid: (token tiles, H). The tile's rows are the keys j."""
+    CT: tl.constexpr = BM // R
+    sc = tl.program_id(0)
+    h = tl.program_id(1)
+    g = h // HG
+    tok0 = tl.load(SC_START + sc)
+    tok1 = tl.load(SC_END + sc)
+    bc = tl.load(SC_BC + sc)
+    te = tl.load(BC_END + bc)
+    sq_t = R * G * 2 * N2
+    sq_r = G * 2 * N2
+    sv_t = H * P
+    sy_t = R * H * P
+    sth_t = H * A
+    Qg = Q + g * 2 * N2
+    Kg = K + g * 2 * N2
+    QBh = QB + h * R * 2 * N2
+    KBh = KB + h * R * 2 * N2
+    THh = TH + h * A
+    DYh = DY + h * P
+    PN = P * 2 * N2
+
+    t, r, valid = rows_of(tok1 - tok0, R, BM)
+    tj = tok0 + t
+    vt = vtilde(V + h * P, sv_t, PSI + h * R * P, P, tok0, tok1 - tok0, P, R, BM, BP)
+    cj = tl.load(CS + h * TT + tj, mask=valid, other=0.0)
+    gj = tl.load(GAM + h * TT + tj, mask=valid, other=0.0)
+    scj = tl.load(SCL + h * TT + tj, mask=valid, other=0.0)
+    c_end = tl.load(CS + h * TT + te - 1)
+
+    # state term: U = dS_end k̃_j
+    u = tl.zeros((BM, BP), dtype=tl.float32)  # [BM, BP]
+    DSb = DSEND + (bc * H + h).to(tl.int64) * PN
+    k1, k2, _c, _s = rot_pair(Kg, sq_t, sq_r, KBh, THh, sth_t, tok0, tok1 - tok0, 0, N2, A, R, BM, BK)  # [BM, BK] x2
+    if ONE_K:  # N/2 ≤ BK: the key tile is rotated once and reused by every product below
+        d1, d2 = load_state_pair(DSb, 0, N2, P, BP, BK)
+        u = tl.dot(k1, tl.trans(d1), u, input_precision=DOT_PREC)
+        u = tl.dot(k2, tl.trans(d2), u, input_precision=DOT_PREC)
+    else:
+        for k0 in range(0, N2, BK):
+            k1, k2, _c, _s = rot_pair(Kg, sq_t, sq_r, KBh, THh, sth_t, tok0, tok1 - tok0, k0, N2, A, R, BM, BK)
+            d1, d2 = load_state_pair(DSb, k0, N2, P, BP, BK)
+            u = tl.dot(k1, tl.trans(d1), u, input_precision=DOT_PREC)
+            u = tl.dot(k2, tl.trans(d2), u, input_precision=DOT_PREC)
+    wst = tl.exp(c_end - cj)
+    dvt = u * (wst * scj)[:, None]
+    dscl = wst * tl.sum(vt * u, axis=1)  # [BM]
+    dgam = tl.zeros((BM,), dtype=tl.float32)
+
+    for qt0 in range(tok0, te, CT):
+        tq_, rq, vq = rows_of(te - qt0, R, BM)
+        tq = qt0 + tq_
+        at = tl.zeros((BM, BM), dtype=tl.float32)  # [BM (keys), BM (queries)]
+        if ONE_K:
+            q1, q2, _c2, _s2 = rot_pair(Qg, sq_t, sq_r, QBh, THh, sth_t, qt0, te - qt0, 0, N2, A, R, BM, BK)
+            at = tl.dot(k1, tl.trans(q1), at, input_precision=DOT_PREC)
+            at = tl.dot(k2, tl.trans(q2), at, input_precision=DOT_PREC)
+        else:
+            for k0 in range(0, N2, BK):
+                k1, k2, _c, _s = rot_pair(Kg, sq_t, sq_r, KBh, THh, sth_t, tok0, tok1 - tok0, k0, N2, A, R, BM, BK)
+                q1, q2, _c2, _s2 = rot_pair(Qg, sq_t, sq_r, QBh, THh, sth_t, qt0, te - qt0, k0, N2, A, R, BM, BK)
+                at = tl.dot(k1, tl.trans(q1), at, input_precision=DOT_PREC)
+                at = tl.dot(k2, tl.trans(q2), at, input_precision=DOT_PREC)
+        cq = tl.load(CS + h * TT + tq, mask=vq, other=0.0)
+        dy_q = load_rows_p(DYh, sy_t, sv_t, tq, rq, vq, P, BP)  # [BM, BP]
+        dpt = tl.dot(vt, tl.trans(dy_q), input_precision=DOT_PREC)  # [BM, BM]
+        strict = tq[None, :] > tj[:, None]
+        same = tq[None, :] == tj[:, None]
+        e = tl.exp(tl.where(strict, cq[None, :] - cj[:, None], 0.0))
+        wt = tl.where(strict, e * scj[:, None], tl.where(same, gj[:, None], 0.0))
+        dvt = tl.dot(at * wt, dy_q, dvt, input_precision=DOT_PREC)
+        x = dpt * at
+        dscl += tl.sum(tl.where(strict, x * e, 0.0), axis=1)
+        dgam += tl.sum(tl.where(same, x, 0.0), axis=1)
+
+    if HAS_D:
+        dy_j = load_rows_p(DYh, sy_t, sv_t, tj, r, valid, P, BP)
+        dvt += tl.load(DD + h).to(tl.float32) * dy_j
+        tl.store(DDP + sc * H + h, tl.sum(tl.sum(dy_j * vt, axis=1), axis=0))
+
+    pp = tl.arange(0, BP)
+    pm = pp < P
+    tt = tl.arange(0, CT)
+    tv = tt < tok1 - tok0
+    psi = load_rank_p(PSI + h * R * P, r, valid, P, P, BP)
+    v_raw = load_rows_p(V + h * P, sv_t, 0, tj, r, valid, P, BP)  # [BM, BP]
+    dv = tl.sum(tl.reshape(dvt * psi, (CT, R, BP)), axis=1)  # [CT, BP]
+    offv = (tok0 + tt).to(tl.int64)[:, None] * sv_t + h * P + pp[None, :]
+    tl.store(DV + offv, dv.to(DV.dtype.element_ty), mask=tv[:, None] & pm[None, :])
+    dpsi = tl.sum(tl.reshape(dvt * v_raw, (CT, R, BP)), axis=0)  # [R, BP]
+    ro = tl.arange(0, R)
+    tl.store(DPSIP + ((sc * H + h) * R + ro[:, None]).to(tl.int64) * P + pp[None, :], dpsi, mask=pm[None, :])
+    tl.store(DSCL + h * TT + tok0 + tt, tl.sum(tl.reshape(dscl, (CT, R)), axis=1), mask=tv)
+    tl.store(DGAM + h * TT + tok0 + tt, tl.sum(tl.reshape(dgam, (CT, R)), axis=1), mask=tv)

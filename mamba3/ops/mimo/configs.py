@@ -1,0 +1,190 @@
+"""Tile configurations of the MIMO kernels, the dispatcher's choice, and the AOT launch list.
+
+Every MIMO kernel computes in fp32 registers (inputs are widened on load; bf16/fp16 dots run as tf32 on fp32
+operands), so the shared memory a kernel needs depends only on its tile sizes — BM (rows = (token, rank)
+pairs), BK (half-columns of an N-pair block) and BP (P rounded up to a power of two, at least 16) — and
+never on N, T, the batch, the dtype or R. Nothing is software-pipelined (num_stages=1: the loops are short and
+latency-bound, and Blackwell must not pipeline). Shared memory is spent on the operands of the dots that are
+live at the same time; ``smem_estimate`` is an upper bound that counts every operand buffer of the largest
+kernel without any reuse, and the AOT lane checks the real number for every configuration listed by
+``aot_launches``.
+
+Measured (AOT, triton 3.6, all 37 launches of ``aot_launches``): largest total shared memory 65,536 B on sm_86
+and 66,560 B on sm_120 (the N=256 output kernel) against 101,376 B; 99,328 B on sm_90 (the fp32 P=128 output
+kernel: Hopper's wgmma keeps operands in shared memory) against 232,448 B. fp32 at N=128, P=64, R=4 — the
+seed's worst case — needs at most 33,792 B on sm_86/89/120.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, replace
+
+import torch
+
+#: P buckets the kernels are compiled for (BP = next power of two ≥ max(P, 16)).
+P_BUCKETS = (16, 32, 64, 128)
+SUPPORTED_N = (16, 32, 64, 128, 256)
+SUPPORTED_R = (1, 2, 4, 8)
+
+
+@dataclass(frozen=True)
+class MimoConfig:
+    """One configuration for all MIMO kernels.
+
+    bm: rows per token tile of the forward kernels (output, chunk states, epilogue backward). 64 rows = 16
+        tokens at R=4 (the official chunk), 8 at R=8, 64 at R=1: the largest tile whose [BM, BM] score block
+        and [BM, BP ≤ 128] value block stay in registers at 8 warps.
+    bm_bwd: rows per token tile of the dq/dk/dv kernels. They hold more live tiles (dy, ṽ, two accumulators
+        per half) than the forward, so at P = 128 they use 32-row tiles to stay within 99 KiB and without
+        register spills.
+    bk / bk_bwd: half-columns per N-pair block of the forward / backward kernels. 64 covers N ≤ 128 in one
+        block, so the query (forward) or key (dv) tile is rotated once and reused across the in-chunk loop
+        (``ONE_K``); larger N loops over blocks at the same footprint. The backward kernels hold more live
+        tiles and use 32.
+    state_tiles: forward token tiles per state chunk. The (P×N) state is materialised once per state chunk;
+        with 64-row tiles and 4 tiles per chunk (256 rows) the state traffic is about that of the inputs,
+        while the quadratic in-chunk work stays ≤ 2.5 tiles per tile on average.
+    bp_state: P block of the chunk-state (outer product) kernel; 64 bounds its two [BP, BK] accumulators.
+    warps / warps_bwd / state_warps: warps of the tile kernels / the backward tile kernels / the chunk-state
+        kernel (8 for 64-row tiles: fewer registers per thread, no spills).
+    stages: 1 everywhere (no software pipelining: short latency-bound loops, and Blackwell must not pipeline).
+    """
+
+    bm: int = 64
+    bm_bwd: int = 64
+    bk: int = 64
+    bk_bwd: int = 32
+    state_tiles: int = 4
+    bp_state: int = 64
+    warps: int = 8
+    warps_bwd: int = 8
+    state_warps: int = 8
+    stages: int = 1
+    name: str = "default"
+
+    def for_chunk(self, rank: int, chunk_size: int | None) -> "MimoConfig":
+        """The tile for this rank, capped by the caller's chunk_size (tokens): at least 16 rows (tl.dot's
+        minimum). The math does not depend on the tiling."""
+        ct = self.bm // rank
+        if chunk_size is not None:
+            ct = max(min(ct, chunk_size), max(1, 16 // rank))
+        bm = ct * rank
+        return replace(self, bm=bm, bm_bwd=max(16, min(self.bm_bwd, bm)))
+
+    def as_dict(self):
+        return asdict(self)
+
+
+# Candidates per P bucket, ordered by preference (fastest first); the dispatcher takes the first that fits.
+CONFIGS = {
+    16: (MimoConfig(name="bm64"),),
+    32: (MimoConfig(name="bm64"),),
+    64: (MimoConfig(name="bm64"), MimoConfig(bm_bwd=32, warps_bwd=4, name="bm64-bwd32")),
+    128: (MimoConfig(bk=32, bm_bwd=32, warps_bwd=4, name="bm64-bk32-bwd32"),
+          MimoConfig(bm=32, bm_bwd=16, bk=16, bk_bwd=16, state_tiles=8, bp_state=32, warps=4, warps_bwd=4,
+                     state_warps=4, name="bm32-bwd16")),
+}
+
+
+@dataclass(frozen=True)
+class MimoProblem:
+    dstate: int
+    headdim: int
+    rank: int
+    dtype: torch.dtype = torch.bfloat16
+
+
+def block_p(headdim: int) -> int:
+    bp = 16
+    while bp < headdim:
+        bp *= 2
+    return bp
+
+
+def smem_estimates(cfg: MimoConfig, headdim: int) -> dict[str, int]:
+    """Upper bounds (bytes) of each tile kernel's shared memory: every fp32 dot operand of the kernel counted
+    once, without the reuse Triton's allocator does (measured values are 40–70 % of these; the AOT lane
+    checks the real ones)."""
+    bm, bb, bk, bkb, bp = cfg.bm, cfg.bm_bwd, cfg.bk, cfg.bk_bwd, block_p(headdim)
+    bps = min(cfg.bp_state, bp)
+    return {
+        # scores [BM,BK]·[BK,BM], value [BM,BM]·[BM,BP], state [BM,BK]·[BK,BP]
+        "mimo_out_kernel": 4 * (2 * bm * bk + bm * bm + bm * bp + bm * bk + bk * bp),
+        # [BP,BM]·[BM,BK]
+        "mimo_chunk_state_kernel": 4 * (bps * bm + bm * bk),
+        # dP [BB,BP]·[BP,BB], state [BB,BP]·[BP,BK], (W∘dP) [BB,BB]·[BB,BK]
+        "mimo_bwd_dqk_kernel": 4 * (2 * bb * bp + bp * bb + bp * bkb + bb * bb + bb * bkb),
+        # state [BB,BK]·[BK,BP], scores [BB,BK]·[BK,BB], dP [BB,BP]·[BP,BB], value [BB,BB]·[BB,BP]
+        "mimo_bwd_dv_kernel": 4 * (bb * bkb + bkb * bp + 2 * bb * bkb + 2 * bb * bp + bb * bb + bb * bp),
+        "mimo_state_fwd_kernel": 0,
+        "mimo_state_bwd_kernel": 1024,
+    }
+
+
+def smem_estimate(cfg: MimoConfig, headdim: int) -> int:
+    """The largest of :func:`smem_estimates`."""
+    return max(smem_estimates(cfg, headdim).values())
+
+
+def choose_config(spec, problem: MimoProblem) -> MimoConfig:
+    """The first configuration of ``CONFIGS[P bucket]`` whose footprint fits ``spec.smem_optin`` (no
+    autotuning). The caller's chunk_size only caps the tile afterwards (``MimoConfig.for_chunk``), which can
+    only shrink the footprint. Raises RuntimeError naming the limit and the need when nothing fits."""
+    if problem.dstate not in SUPPORTED_N or problem.rank not in SUPPORTED_R or problem.headdim > 128:
+        raise ValueError(f"MIMO Triton kernels support N in {SUPPORTED_N}, P ≤ 128, R in {SUPPORTED_R}; "
+                         f"got N={problem.dstate}, P={problem.headdim}, R={problem.rank}")
+    bucket = block_p(problem.headdim)
+    need = []
+    for cfg in CONFIGS[bucket]:
+        b = smem_estimate(cfg, problem.headdim)
+        need.append((cfg.name, b))
+        if b <= spec.smem_optin:
+            return cfg
+    raise RuntimeError(f"no MIMO kernel configuration fits {spec.name}: its shared-memory limit is "
+                       f"{spec.smem_optin} B per block; P={problem.headdim} needs "
+                       + ", ".join(f"{n}: {b} B" for n, b in need))
+
+
+def describe(spec) -> list[dict]:
+    """What the dispatcher would run on ``spec`` for each P bucket (the choice does not depend on N/R/dtype)."""
+    rows = []
+    for p in P_BUCKETS:
+        cfg = choose_config(spec, MimoProblem(dstate=128, headdim=p, rank=4))
+        for kern, est in smem_estimates(cfg, p).items():
+            rows.append({"kernel": kern, "config": cfg.as_dict(), "problem": {"headdim_bucket": p},
+                         "smem_bound": est})
+    return rows
+
+
+def aot_launches(arch: int):
+    """Every (kernel, configuration, dtype class, shape class) the dispatcher can choose on ``arch``.
+
+    The footprint grows with BP only (never with N, T, B or R), so each chosen configuration is compiled at
+    the largest P bucket that selects it. Dtype classes: fp32 inputs (tf32x3 dots) and 16-bit inputs (tf32
+    dots on fp32 operands; bf16 and fp16 only differ in their loads). Shape classes: N/2 ≤ BK (the rotated
+    tile is reused, ``ONE_K``) at N = 128 and, where the configuration's BK allows it, N/2 > BK at N = 256.
+    The state-passing and angle kernels use no dots (shared memory only for reduction / scan scratch) and are
+    listed once (the angle kernels at A = 32 and A = 128, their two block shapes' extremes).
+    """
+    from mamba3.dispatch import arch_spec
+
+    from .launch import aot_kernel_launches
+
+    spec = arch_spec(arch)
+    chosen = {}
+    for p in P_BUCKETS:
+        cfg = choose_config(spec, MimoProblem(dstate=128, headdim=p, rank=4))
+        chosen[cfg] = max(chosen.get(cfg, 0), p)
+    tiles = ("mimo_chunk_state", "mimo_out", "mimo_bwd")
+    launches = []
+    for i, (cfg, p) in enumerate(chosen.items()):
+        for dtype in (torch.float32, torch.bfloat16):
+            launches += aot_kernel_launches(cfg, headdim=p, dtype=dtype, arch=arch, kernels=tiles)
+        if cfg.bk >= 64 or cfg.bk_bwd >= 64:  # the N/2 > BK loops at N = 256
+            launches += aot_kernel_launches(cfg, headdim=p, dtype=torch.bfloat16, arch=arch, dstate=256,
+                                            kernels=("mimo_out", "mimo_bwd_dv"))
+        if i == 0:
+            launches += aot_kernel_launches(cfg, headdim=p, dtype=torch.float32, arch=arch,
+                                            kernels=("mimo_state", "mimo_angle"))
+            launches += aot_kernel_launches(cfg, headdim=p, dtype=torch.float32, arch=arch, dstate=512,
+                                            kernels=("mimo_angle",))  # A = 128: the largest angle block
+    return launches

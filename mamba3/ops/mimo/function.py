@@ -1,0 +1,161 @@
+"""``mimo_triton``: the MIMO Mamba-3 operator on the Triton kernels, differentiable w.r.t. every input.
+
+Split of the work:
+- the angle cumsum θ (TT, H, A) fp32, wrapped mod 2π: Triton kernels with their own autograd Function
+  (:mod:`.angles`);
+- cheap per-token preparation in PyTorch (autograd-differentiable, O(T·H) elements): the in-chunk log-decay
+  cumsum c (float64 running sum, stored fp32), γ and scale, the folded input state
+  S_0 = ssm_in + (1−λ_0)·dt_0·Σ_r ṽ_in k̃_inᵀ, and the final k/v/angle states (gathered at the last tokens);
+- everything O(T·H·R·(N+P)) or larger in the kernels, behind one ``torch.autograd.Function`` (``_MimoCore``)
+  whose backward returns the gradients of θ, c, γ, scale and S_0, which autograd carries back to angles, dt,
+  adt, trap and the input states.
+
+Tiling: the dispatcher's configuration fixes BM rows = (token, rank) pairs per tile; ``chunk_size`` only caps
+the tile's tokens (the math does not depend on it). fp32 inputs use tf32x3 dots (fp32-accurate) unless
+precision="tf32"; bf16/fp16 inputs use tf32 dots on fp32 operands.
+"""
+from __future__ import annotations
+
+import torch
+
+from . import launch as _launch
+from .angles import MimoAngles
+from .configs import MimoProblem, block_p, choose_config
+
+
+def _device_spec(device):
+    from mamba3.dispatch import arch_spec, device_spec
+
+    if device.type == "cuda":
+        return device_spec(device)
+    return arch_spec(89)  # interpreter lane: choose as for the smallest-memory architecture
+
+
+class _MimoCore(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, L, flags, q, k, v, theta, cs, gam, scl, qb, kb, psi, zeta, phi, D, z, nw, s0):
+        t = dict(q=q, k=k, v=v, theta=theta, cs=cs, gam=gam, scl=scl, qb=qb, kb=kb, psi=psi, zeta=zeta, phi=phi,
+                 D=D, z=z, nw=nw, s0=s0, norm=flags["norm"])
+        sin, sfin = _launch.forward(L, t)
+        out = _launch.out_pass(L, t, sin)
+        ctx.L = L
+        ctx.flags = flags
+        ctx.save_for_backward(q, k, v, theta, cs, gam, scl, qb, kb, psi, zeta, phi, D, z, nw, s0)
+        return out, sfin
+
+    @staticmethod
+    def backward(ctx, dout, dsfin):
+        L = ctx.L
+        q, k, v, theta, cs, gam, scl, qb, kb, psi, zeta, phi, D, z, nw, s0 = ctx.saved_tensors
+        t = dict(q=q, k=k, v=v, theta=theta, cs=cs, gam=gam, scl=scl, qb=qb, kb=kb, psi=psi, zeta=zeta, phi=phi,
+                 D=D, z=z, nw=nw, s0=s0, norm=ctx.flags["norm"])
+        sin, sfin = _launch.forward(L, t)  # recompute the incoming states (not kept between passes)
+        g = _launch.backward(L, t, sin, sfin, dout.contiguous(), None if dsfin is None else dsfin.contiguous())
+        return (None, None, g["q"], g["k"], g["v"], g["theta"], g["cs"], g["gam"], g["scl"],
+                g["qb"].to(qb.dtype), g["kb"].to(kb.dtype), g["psi"].to(psi.dtype),
+                None if zeta is None or g["zeta"] is None else g["zeta"].to(zeta.dtype),
+                None if phi is None else g["phi"].to(phi.dtype),
+                None if D is None else g["D"].to(D.dtype),
+                g["z"], None if nw is None else g["nw"].to(nw.dtype),
+                None if s0 is None else g["s0"])
+
+
+def _rotate_half(x, theta):
+    """Half-split rotation of x (…, N) by θ (…, A) (as the reference)."""
+    n, a = x.shape[-1], theta.shape[-1]
+    half = n // 2
+    c, s = torch.cos(theta), torch.sin(theta)
+    x0, x1 = x[..., :a], x[..., half:half + a]
+    return torch.cat((x0 * c - x1 * s, x[..., a:half], x0 * s + x1 * c, x[..., half + a:]), dim=-1)
+
+
+def mimo_triton(q, k, v, adt, dt, trap, q_bias, k_bias, mimo_v, mimo_z, mimo_out, angles, D, z, input_states,
+                chunk_size, cu_seqlens, rms_norm, norm_weight, norm_eps, precision, *, config=None):
+    """MIMO Mamba-3 on the Triton kernels. Arguments and returns as :func:`mamba3.mamba3_mimo` (validated).
+
+    ``config`` (tests only) forces a :class:`~.configs.MimoConfig` instead of the dispatcher's choice."""
+    floats = [x for x in (q, k, v, adt, dt, trap, q_bias, k_bias, mimo_v, mimo_z, mimo_out, angles, D, z,
+                          norm_weight) if isinstance(x, torch.Tensor)]
+    if input_states is not None:
+        floats += list(input_states)
+    if any(x.dtype == torch.float64 for x in floats):
+        # The kernels compute in fp32; float64 is the reference's job.
+        from mamba3.reference import mimo_chunked
+
+        return mimo_chunked(q, k, v, adt, dt, trap, q_bias, k_bias, mimo_v, mimo_z, mimo_out, angles, D, z,
+                            input_states, chunk_size=chunk_size or 16, cu_seqlens=cu_seqlens, rms_norm=rms_norm,
+                            norm_weight=norm_weight, norm_eps=norm_eps)
+
+    bsz, seqlen, rank, ngroups, dstate = q.shape
+    nheads, headdim = v.shape[2], v.shape[3]
+    nangles = angles.shape[-1]
+    dev = v.device
+    f32 = torch.float32
+    cfg = config or choose_config(_device_spec(dev), MimoProblem(dstate, headdim, rank, v.dtype))
+    cfg = cfg.for_chunk(rank, chunk_size)
+    ct, cs_tokens = cfg.bm // rank, (cfg.bm // rank) * cfg.state_tiles
+    tables = _launch.build_tables(bsz, seqlen, cu_seqlens, ct, cs_tokens, dev)
+    tables_bwd = tables if cfg.bm_bwd == cfg.bm else _launch.build_tables(bsz, seqlen, cu_seqlens,
+                                                                          cfg.bm_bwd // rank, cs_tokens, dev)
+    TT = bsz * seqlen
+    H = nheads
+    # fp32 inputs: tf32x3 (three tf32 MMAs, fp32-accurate) unless the caller opts into tf32; bf16/fp16 inputs:
+    # tf32 on fp32 operands (the operands are exact bf16/fp16 values or fp32 intermediates).
+    dot_prec = "tf32x3" if (v.dtype == f32 and precision == "ieee") else "tf32"
+    L = _launch.Launch(cfg=cfg, tables=tables, tables_bwd=tables_bwd, TT=TT, H=H, G=ngroups, R=rank,
+                       N2=dstate // 2, A=nangles, P=headdim, BP=block_p(headdim), dot_prec=dot_prec,
+                       eps=float(norm_eps))
+
+    # ---- per-token preparation (PyTorch, differentiable) ----
+    dt_tok = dt.to(f32).transpose(1, 2).reshape(TT, H).contiguous()                    # (TT, H)
+    phi = angles.reshape(TT, 1, nangles) if angles.dim() == 3 else angles.reshape(TT, H, nangles)
+    theta0 = None if input_states is None else input_states[0].to(f32).contiguous()
+    seq_first = tables.seq_start.long()
+    theta = MimoAngles.apply(phi.contiguous(), dt_tok, theta0, tables.seq_start, tables.seq_end)  # (TT, H, A)
+
+    adt_h = adt.to(torch.float64).transpose(0, 1).reshape(H, TT)
+    gcum = torch.cumsum(adt_h, dim=1)
+    gcum_p = torch.cat((gcum.new_zeros(H, 1), gcum), dim=1)
+    cs = (gcum - gcum_p[:, tables.tok_bc_start]).to(f32).contiguous()                  # (H, TT)
+    lam = torch.sigmoid(trap.to(f32)).transpose(0, 1).reshape(H, TT)
+    dt_h = dt.to(f32).transpose(0, 1).reshape(H, TT)
+    gam = (lam * dt_h).contiguous()
+    beta = (1.0 - lam) * dt_h
+    shifted = torch.cat((beta[:, 1:], beta.new_zeros(H, 1)), dim=1) * (~tables.tok_last).to(f32)
+    scl = (gam + shifted).contiguous()
+
+    ones = torch.ones(H, rank, headdim, device=dev, dtype=f32)
+    psi = ones if mimo_v is None else mimo_v.to(f32).contiguous()
+    if z is not None and mimo_z is None:
+        mimo_z = ones
+    s0 = None
+    if input_states is not None:
+        _, ssm_in, k_in, v_in = input_states
+        v_in_rank = v_in.to(f32)[:, None] * psi.transpose(0, 1)                          # (NS, R, H, P)
+        c0 = beta[:, seq_first].transpose(0, 1)                                          # (NS, H)
+        s0 = ssm_in.to(f32) + c0[..., None, None] * torch.einsum("srhp,srhn->shpn", v_in_rank, k_in.to(f32))
+        s0 = s0.contiguous()
+
+    qf = q.reshape(TT, rank, ngroups, dstate).contiguous()
+    kf = k.reshape(TT, rank, ngroups, dstate).contiguous()
+    vf = v.reshape(TT, H, headdim).contiguous()
+    zf = None if z is None else z.reshape(TT, H, headdim).contiguous()
+    flags = dict(norm=bool(rms_norm))
+    out, sfin = _MimoCore.apply(
+        L, flags, qf, kf, vf, theta, cs, gam, scl, q_bias.to(f32).contiguous(), k_bias.to(f32).contiguous(), psi,
+        mimo_z.to(f32).contiguous() if (mimo_z is not None and z is not None) else None,
+        None if mimo_out is None else mimo_out.to(f32).contiguous(),
+        None if D is None else D.to(f32).contiguous(), zf,
+        None if norm_weight is None or not rms_norm else norm_weight.to(f32).reshape(H, headdim).contiguous(),
+        s0)
+    out = out.reshape(bsz, seqlen, H, headdim) if mimo_out is not None else out.reshape(bsz, seqlen, rank, H,
+                                                                                       headdim)
+
+    # ---- final states (PyTorch, differentiable) ----
+    last = tables.seq_end.long() - 1
+    theta_last = theta[last]                                                             # (NS, H, A)
+    hg = H // ngroups
+    k_last = kf[last].to(f32)[:, :, torch.arange(H, device=dev) // hg]                   # (NS, R, H, N)
+    k_last = _rotate_half(k_last + k_bias.to(f32).transpose(0, 1), theta_last[:, None])
+    v_last = vf[last]
+    return out, (theta_last, sfin, k_last, v_last)

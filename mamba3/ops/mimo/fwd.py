@@ -1,0 +1,238 @@
+"""MIMO forward kernels (also re-run by the backward to recompute states and outputs).
+
+Chunk-parallel structure (see :mod:`.function` for the tables):
+
+1. ``mimo_chunk_state_kernel`` (MODE 0): for every *state chunk* (CS tokens) and head, its local state
+   ΔS = Σ_j e^{c_end − c_j}·scale_j·Σ_r ṽ_{j,r} k̃_{j,r}ᵀ (P×N, fp32), all chunks in parallel, tiled over
+   (P, N-pair) blocks. The same kernel with MODE 1 computes the backward's Σ_i e^{c_i} dy_i q̃_iᵀ.
+2. ``mimo_state_fwd_kernel``: walks the state chunks of each (sequence, head) and replaces each ΔS by the
+   state entering the chunk; input states enter here, final states leave here.
+3. ``mimo_out_kernel``: every *token tile* (CT tokens = BM rows) in parallel: inter-chunk term from the
+   incoming state + the quadratic form over the earlier tiles of its state chunk + D, then the RMSNorm / gate /
+   rank contraction epilogue. With BWD=True it recomputes y and runs the epilogue backward instead (dy, dz and
+   per-tile partial sums of dφ, dζ and the norm weight).
+
+Shared memory is spent only on dot operands (nothing is software-pipelined): a [BM, BK] and [BK, BM] pair for
+the scores, [BM, BM] × [BM, BP] for the value product and [BM, BK] × [BK, BP] for the state product, all fp32.
+It depends on BM, BK and BP (P rounded up to a power of two), never on N, T or the batch.
+"""
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from .tiles import load_rank_p, load_rows_p, load_tok_rows, load_state_pair, pair_weights, rot_pair, rows_of, vtilde
+
+
+@triton.jit(do_not_specialize=["TT"])
+def mimo_chunk_state_kernel(X, sx_t, sx_r, PSI, Y, sy_t, sy_r, BIAS, TH, sth_t, CS, SCL, OUT,
+                            BC_START, BC_END, TT, H, HG, G, N2, A, P,
+                            R: tl.constexpr, BM: tl.constexpr, BP: tl.constexpr, BK: tl.constexpr,
+                            MODE: tl.constexpr, DOT_PREC: tl.constexpr):
+    """OUT[c, h] (P, N) = Σ_{rows i of chunk c} w_i·x_i y_iᵀ.
+
+    MODE 0: x = v ⊙ ψ_r (X = v, sx_r = 0), y = k̃, w = e^{c_end − c_i}·scale_i.
+    MODE 1: x = dy (per-rank), y = q̃, w = e^{c_i}.
+    grid: (P blocks × N-pair blocks, state chunks, H).
+    """
+    CT: tl.constexpr = BM // R
+    pid = tl.program_id(0)
+    bc = tl.program_id(1)
+    h = tl.program_id(2)
+    g = h // HG
+    nkb = tl.cdiv(N2, BK)
+    p0 = (pid // nkb) * BP
+    k0 = (pid % nkb) * BK
+    tb = tl.load(BC_START + bc)
+    te = tl.load(BC_END + bc)
+    c_end = tl.load(CS + h * TT + te - 1)
+    acc1 = tl.zeros((BP, BK), dtype=tl.float32)  # [BP, BK]
+    acc2 = tl.zeros((BP, BK), dtype=tl.float32)  # [BP, BK]
+    for t0 in range(tb, te, CT):
+        t, r, valid = rows_of(te - t0, R, BM)
+        tok = t0 + t
+        c = tl.load(CS + h * TT + tok, mask=valid, other=0.0)
+        y1, y2, _c, _s = rot_pair(Y + g * 2 * N2, sy_t, sy_r, BIAS + h * R * 2 * N2, TH + h * A, sth_t,
+                                  t0, te - t0, k0, N2, A, R, BM, BK)  # [BM, BK] x2
+        if MODE == 0:
+            x = vtilde(X + h * P + p0, sx_t, PSI + h * R * P + p0, P, t0, te - t0, P - p0, R, BM, BP)  # [BM, BP]
+            w = tl.exp(c_end - c) * tl.load(SCL + h * TT + tok, mask=valid, other=0.0)
+        else:
+            x = load_rows_p(X + h * P + p0, sx_t, sx_r, tok, r, valid, P - p0, BP)  # [BM, BP]
+            w = tl.exp(c)
+        xw = tl.trans(x * w[:, None])  # [BP, BM]
+        acc1 = tl.dot(xw, y1, acc1, input_precision=DOT_PREC)
+        acc2 = tl.dot(xw, y2, acc2, input_precision=DOT_PREC)
+    pp = p0 + tl.arange(0, BP)
+    kk = k0 + tl.arange(0, BK)
+    m = (pp < P)[:, None] & (kk < N2)[None, :]
+    off = ((bc * H + h).to(tl.int64) * P + pp[:, None]) * (2 * N2) + kk[None, :]
+    tl.store(OUT + off, acc1, mask=m)
+    tl.store(OUT + off + N2, acc2, mask=m)
+
+
+@triton.jit(do_not_specialize=["TT"])
+def mimo_state_fwd_kernel(BUF, S0, SFIN, CS, BC_END, SEQ_BC, TT, H, PN,
+                          HAS_S0: tl.constexpr, BLK: tl.constexpr):
+    """Per (sequence, head): S ← S0; for each state chunk c: BUF[c] (ΔS on entry) ← S, S ← e^{c_end}·S + ΔS.
+    SFIN gets the final state. grid: (P·N blocks, sequences, H)."""
+    pid = tl.program_id(0)
+    s = tl.program_id(1)
+    h = tl.program_id(2)
+    e = pid * BLK + tl.arange(0, BLK)
+    m = e < PN
+    if HAS_S0:
+        state = tl.load(S0 + (s * H + h).to(tl.int64) * PN + e, mask=m, other=0.0)
+    else:
+        state = tl.zeros((BLK,), dtype=tl.float32)
+    c_lo = tl.load(SEQ_BC + s)
+    c_hi = tl.load(SEQ_BC + s + 1)
+    for bc in range(c_lo, c_hi):
+        off = (bc * H + h).to(tl.int64) * PN + e
+        d = tl.load(BUF + off, mask=m, other=0.0)
+        tl.store(BUF + off, state, mask=m)
+        c_end = tl.load(CS + h * TT + tl.load(BC_END + bc) - 1)
+        state = tl.exp(c_end) * state + d
+    tl.store(SFIN + (s * H + h).to(tl.int64) * PN + e, state, mask=m)
+
+
+@triton.jit(do_not_specialize=["TT"])
+def mimo_out_kernel(Q, K, V, TH, CS, GAM, SCL, QB, KB, PSI, ZETA, PHI, DD, Z, NW, SIN, OUT,
+                    DOUT, DY, DZ, DPHIP, DZETAP, DNWP,
+                    SC_START, SC_END, SC_BC, BC_START, TT, H, HG, G, N2, A, P, eps,
+                    R: tl.constexpr, BM: tl.constexpr, BK: tl.constexpr, BP: tl.constexpr,
+                    HAS_D: tl.constexpr, HAS_Z: tl.constexpr, HAS_OUT: tl.constexpr, NORM: tl.constexpr,
+                    HAS_NW: tl.constexpr, BWD: tl.constexpr, ONE_K: tl.constexpr, DOT_PREC: tl.constexpr):
+    """y for the BM rows of one token tile (grid: (token tiles, H)), then the output epilogue (BWD=False) or
+    its backward (BWD=True: DOUT → DY (TT, R, H, P) fp32, DZ, and per-tile partials of dφ, dζ, dw)."""
+    CT: tl.constexpr = BM // R
+    sc = tl.program_id(0)
+    h = tl.program_id(1)
+    g = h // HG
+    tok0 = tl.load(SC_START + sc)
+    tok1 = tl.load(SC_END + sc)
+    bc = tl.load(SC_BC + sc)
+    tb = tl.load(BC_START + bc)
+    sq_t = R * G * 2 * N2
+    sq_r = G * 2 * N2
+    sv_t = H * P
+    sth_t = H * A
+    Qg = Q + g * 2 * N2
+    Kg = K + g * 2 * N2
+    QBh = QB + h * R * 2 * N2
+    KBh = KB + h * R * 2 * N2
+    THh = TH + h * A
+    Vh = V + h * P
+    PSIh = PSI + h * R * P
+
+    t, r, valid = rows_of(tok1 - tok0, R, BM)
+    ti = tok0 + t
+    ci = tl.load(CS + h * TT + ti, mask=valid, other=0.0)
+    gi = tl.load(GAM + h * TT + ti, mask=valid, other=0.0)
+
+    # inter-chunk: e^{c_i}·S q̃_i
+    acc = tl.zeros((BM, BP), dtype=tl.float32)  # [BM, BP]
+    Sb = SIN + (bc * H + h).to(tl.int64) * P * (2 * N2)
+    q1, q2, _c, _s = rot_pair(Qg, sq_t, sq_r, QBh, THh, sth_t, tok0, tok1 - tok0, 0, N2, A, R, BM, BK)  # [BM, BK] x2
+    if ONE_K:  # N/2 ≤ BK: the query tile is rotated once and reused by every product below
+        s1, s2 = load_state_pair(Sb, 0, N2, P, BP, BK)
+        acc = tl.dot(q1, tl.trans(s1), acc, input_precision=DOT_PREC)
+        acc = tl.dot(q2, tl.trans(s2), acc, input_precision=DOT_PREC)
+    else:
+        for k0 in range(0, N2, BK):
+            q1, q2, _c, _s = rot_pair(Qg, sq_t, sq_r, QBh, THh, sth_t, tok0, tok1 - tok0, k0, N2, A, R, BM, BK)
+            s1, s2 = load_state_pair(Sb, k0, N2, P, BP, BK)
+            acc = tl.dot(q1, tl.trans(s1), acc, input_precision=DOT_PREC)
+            acc = tl.dot(q2, tl.trans(s2), acc, input_precision=DOT_PREC)
+    acc = acc * tl.exp(ci)[:, None]
+
+    # intra-chunk: earlier tiles of the state chunk and this one
+    for kt0 in range(tb, tok1, CT):
+        tj_, rj, vj = rows_of(tok1 - kt0, R, BM)
+        tj = kt0 + tj_
+        s_ij = tl.zeros((BM, BM), dtype=tl.float32)  # [BM, BM]
+        if ONE_K:
+            k1, k2, _c2, _s2 = rot_pair(Kg, sq_t, sq_r, KBh, THh, sth_t, kt0, tok1 - kt0, 0, N2, A, R, BM, BK)
+            s_ij = tl.dot(q1, tl.trans(k1), s_ij, input_precision=DOT_PREC)
+            s_ij = tl.dot(q2, tl.trans(k2), s_ij, input_precision=DOT_PREC)
+        else:
+            for k0 in range(0, N2, BK):
+                q1, q2, _c, _s = rot_pair(Qg, sq_t, sq_r, QBh, THh, sth_t, tok0, tok1 - tok0, k0, N2, A, R, BM, BK)
+                k1, k2, _c2, _s2 = rot_pair(Kg, sq_t, sq_r, KBh, THh, sth_t, kt0, tok1 - kt0, k0, N2, A, R, BM, BK)
+                s_ij = tl.dot(q1, tl.trans(k1), s_ij, input_precision=DOT_PREC)
+                s_ij = tl.dot(q2, tl.trans(k2), s_ij, input_precision=DOT_PREC)
+        cj = tl.load(CS + h * TT + tj, mask=vj, other=0.0)
+        scj = tl.load(SCL + h * TT + tj, mask=vj, other=0.0)
+        w = pair_weights(ti, tj, ci, cj, scj, gi)
+        vt = vtilde(Vh, sv_t, PSIh, P, kt0, tok1 - kt0, P, R, BM, BP)
+        acc = tl.dot(s_ij * w, vt, acc, input_precision=DOT_PREC)
+
+    vt_i = vtilde(Vh, sv_t, PSIh, P, tok0, tok1 - tok0, P, R, BM, BP)
+    if HAS_D:
+        acc += tl.load(DD + h).to(tl.float32) * vt_i
+    y = acc
+
+    pp = tl.arange(0, BP)
+    pm = pp < P
+    m = valid[:, None] & pm[None, :]
+    if NORM:
+        rstd = tl.rsqrt(tl.sum(y * y, axis=1) / P + eps)
+        if HAS_NW:
+            nw = tl.load(NW + h * P + pp, mask=pm, other=0.0).to(tl.float32)
+        else:
+            nw = tl.where(pm, 1.0, 0.0)
+        n = y * rstd[:, None] * nw[None, :]
+    else:
+        n = y
+    if HAS_Z:
+        zt = load_tok_rows(Z + h * P, sv_t, tok0, tok1 - tok0, P, R, BM, BP)
+        zz = zt * load_rank_p(ZETA + h * R * P, r, valid, P, P, BP)
+        sg = tl.sigmoid(zz)
+        gate = zz * sg
+        o = n * gate
+    else:
+        o = n
+    tt = tl.arange(0, CT)
+    tv = tt < tok1 - tok0
+    mt = tv[:, None] & pm[None, :]
+    if not BWD:
+        if HAS_OUT:
+            o = o * load_rank_p(PHI + h * R * P, r, valid, P, P, BP)
+            out = tl.sum(tl.reshape(o, (CT, R, BP)), axis=1)  # [CT, BP]
+            off = (tok0 + tt).to(tl.int64)[:, None] * sv_t + h * P + pp[None, :]
+            tl.store(OUT + off, out.to(OUT.dtype.element_ty), mask=mt)
+        else:
+            off = (ti.to(tl.int64)[:, None] * R + r[:, None]) * sv_t + h * P + pp[None, :]
+            tl.store(OUT + off, o.to(OUT.dtype.element_ty), mask=m)
+    else:
+        if HAS_OUT:
+            phi = load_rank_p(PHI + h * R * P, r, valid, P, P, BP)
+            do_t = load_tok_rows(DOUT + h * P, sv_t, tok0, tok1 - tok0, P, R, BM, BP)
+            dphi = tl.sum(tl.reshape(o * do_t, (CT, R, BP)), axis=0)  # [R, BP]
+            ro = tl.arange(0, R)
+            tl.store(DPHIP + ((sc * H + h) * R + ro[:, None]) * P + pp[None, :], dphi, mask=pm[None, :])
+            do = do_t * phi
+        else:
+            do = load_rows_p(DOUT + h * P, R * sv_t, sv_t, ti, r, valid, P, BP)
+        if HAS_Z:
+            dn = do * gate
+            dzz = do * n * sg * (1.0 + zz * (1.0 - sg))
+            zeta = load_rank_p(ZETA + h * R * P, r, valid, P, P, BP)
+            dz = tl.sum(tl.reshape(dzz * zeta, (CT, R, BP)), axis=1)  # [CT, BP]
+            offz = (tok0 + tt).to(tl.int64)[:, None] * sv_t + h * P + pp[None, :]
+            tl.store(DZ + offz, dz.to(DZ.dtype.element_ty), mask=mt)
+            dzeta = tl.sum(tl.reshape(dzz * zt, (CT, R, BP)), axis=0)  # [R, BP]
+            ro = tl.arange(0, R)
+            tl.store(DZETAP + ((sc * H + h) * R + ro[:, None]) * P + pp[None, :], dzeta, mask=pm[None, :])
+        else:
+            dn = do
+        if NORM:
+            if HAS_NW:
+                dnw = tl.sum(dn * y * rstd[:, None], axis=0)  # [BP]
+                tl.store(DNWP + (sc * H + h) * P + pp, dnw, mask=pm)
+            u = dn * nw[None, :]
+            dy = rstd[:, None] * (u - y * (rstd * rstd * tl.sum(u * y, axis=1) / P)[:, None])
+        else:
+            dy = dn
+        offy = (ti.to(tl.int64)[:, None] * R + r[:, None]) * sv_t + h * P + pp[None, :]
+        tl.store(DY + offy, dy, mask=m)

@@ -1,0 +1,296 @@
+"""Host launchers of the MIMO kernels: chunk tables, forward and backward passes, and the AOT launch list."""
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import torch
+import triton
+
+from .bwd import mimo_bwd_dqk_kernel, mimo_bwd_dv_kernel, mimo_state_bwd_kernel
+from .configs import MimoConfig, block_p
+from .fwd import mimo_chunk_state_kernel, mimo_out_kernel, mimo_state_fwd_kernel
+
+STATE_BLK = 1024  # elements of the (P·N) state per program of the state-passing kernels
+
+
+@dataclass(frozen=True)
+class Tables:
+    """Chunk tables over the flattened token axis (all int32 on the device, built on the host once per shape).
+
+    State chunks (``bc_*``) never cross a sequence boundary; token tiles (``sc_*``) tile each state chunk."""
+
+    ns: int
+    nbc: int
+    nsc: int
+    seq_bc: torch.Tensor    # (NS+1,) first state chunk of each sequence
+    seq_start: torch.Tensor  # (NS,)
+    seq_end: torch.Tensor    # (NS,)
+    bc_start: torch.Tensor
+    bc_end: torch.Tensor
+    sc_start: torch.Tensor
+    sc_end: torch.Tensor
+    sc_bc: torch.Tensor
+    sc_seq: torch.Tensor
+    tok_bc_start: torch.Tensor  # (TT,) int64: first token of the token's state chunk
+    tok_seq: torch.Tensor       # (TT,) int64: sequence of the token
+    tok_last: torch.Tensor      # (TT,) bool: last token of its sequence
+
+
+@functools.lru_cache(maxsize=64)
+def _tables_cached(bounds: tuple, ct: int, cs: int, device: str) -> Tables:
+    seq_bc, bc_start, bc_end, sc_start, sc_end, sc_bc, sc_seq = [0], [], [], [], [], [], []
+    for s in range(len(bounds) - 1):
+        a, b = bounds[s], bounds[s + 1]
+        for c0 in range(a, b, cs):
+            ce = min(c0 + cs, b)
+            bc_id = len(bc_start)
+            bc_start.append(c0)
+            bc_end.append(ce)
+            for t0 in range(c0, ce, ct):
+                sc_start.append(t0)
+                sc_end.append(min(t0 + ct, ce))
+                sc_bc.append(bc_id)
+                sc_seq.append(s)
+        seq_bc.append(len(bc_start))
+    i32 = functools.partial(torch.tensor, dtype=torch.int32)
+    lens = [b - a for a, b in zip(bounds[:-1], bounds[1:])]
+    bc_len = [e - s for s, e in zip(bc_start, bc_end)]
+    tok_bc_start = torch.repeat_interleave(torch.tensor(bc_start, dtype=torch.int64), torch.tensor(bc_len))
+    tok_seq = torch.repeat_interleave(torch.arange(len(lens)), torch.tensor(lens))
+    tok_last = torch.zeros(bounds[-1], dtype=torch.bool)
+    tok_last[torch.tensor(bounds[1:]) - 1] = True
+    dev = torch.device(device)
+    return Tables(ns=len(bounds) - 1, nbc=len(bc_start), nsc=len(sc_start),
+                  seq_bc=i32(seq_bc).to(dev), seq_start=i32(bounds[:-1]).to(dev), seq_end=i32(bounds[1:]).to(dev),
+                  bc_start=i32(bc_start).to(dev), bc_end=i32(bc_end).to(dev), sc_start=i32(sc_start).to(dev),
+                  sc_end=i32(sc_end).to(dev), sc_bc=i32(sc_bc).to(dev), sc_seq=i32(sc_seq).to(dev),
+                  tok_bc_start=tok_bc_start.to(dev), tok_seq=tok_seq.to(dev), tok_last=tok_last.to(dev))
+
+
+def build_tables(bsz: int, seqlen: int, cu_seqlens, ct: int, cs: int, device) -> Tables:
+    if cu_seqlens is None:
+        bounds = tuple(i * seqlen for i in range(bsz + 1))
+    else:
+        bounds = tuple(int(x) for x in cu_seqlens.tolist())
+    return _tables_cached(bounds, ct, cs, str(torch.device(device)))
+
+
+@dataclass
+class Launch:
+    """Everything shape-like the kernels need, derived once per call."""
+
+    cfg: MimoConfig
+    tables: Tables
+    tables_bwd: Tables
+    TT: int
+    H: int
+    G: int
+    R: int
+    N2: int
+    A: int
+    P: int
+    BP: int
+    dot_prec: str
+    eps: float
+
+    @property
+    def HG(self):
+        return self.H // self.G
+
+
+def _dims(L: Launch):
+    return dict(TT=L.TT, H=L.H, HG=L.HG, G=L.G, N2=L.N2, A=L.A, P=L.P)
+
+
+def chunk_states(L: Launch, mode: int, x, y, bias, theta, cs, scl, psi):
+    """Per state chunk: ΔS (mode 0, x = v, y = k) or Σ e^{c} dy q̃ᵀ (mode 1, x = dy, y = q)."""
+    cfg, T = L.cfg, L.tables
+    out = torch.empty(T.nbc, L.H, L.P, 2 * L.N2, device=x.device, dtype=torch.float32)
+    bps = min(cfg.bp_state, L.BP)
+    grid = (triton.cdiv(L.P, bps) * triton.cdiv(L.N2, cfg.bk), T.nbc, L.H)
+    if mode == 0:
+        sx_t, sx_r = L.H * L.P, 0
+    else:
+        sx_t, sx_r = L.R * L.H * L.P, L.H * L.P
+    mimo_chunk_state_kernel[grid](
+        x, sx_t, sx_r, psi, y, L.R * L.G * 2 * L.N2, L.G * 2 * L.N2, bias, theta, L.H * L.A, cs, scl, out,
+        T.bc_start, T.bc_end, L.TT, L.H, L.HG, L.G, L.N2, L.A, L.P,
+        R=L.R, BM=cfg.bm, BP=bps, BK=cfg.bk, MODE=mode, DOT_PREC=L.dot_prec,
+        num_warps=cfg.state_warps, num_stages=cfg.stages)
+    return out
+
+
+def state_pass_fwd(L: Launch, buf, s0, cs):
+    T = L.tables
+    PN = L.P * 2 * L.N2
+    sfin = torch.empty(T.ns, L.H, L.P, 2 * L.N2, device=buf.device, dtype=torch.float32)
+    grid = (triton.cdiv(PN, STATE_BLK), T.ns, L.H)
+    mimo_state_fwd_kernel[grid](buf, s0 if s0 is not None else buf, sfin, cs, T.bc_end, T.seq_bc, L.TT, L.H, PN,
+                                HAS_S0=s0 is not None, BLK=STATE_BLK, num_warps=4, num_stages=1)
+    return sfin
+
+
+def state_pass_bwd(L: Launch, buf, sin, sfin, dsfin, cs):
+    T = L.tables
+    PN = L.P * 2 * L.N2
+    nblk = triton.cdiv(PN, STATE_BLK)
+    ds0 = torch.empty(T.ns, L.H, L.P, 2 * L.N2, device=buf.device, dtype=torch.float32)
+    dcend = torch.empty(nblk, L.H, T.nbc, device=buf.device, dtype=torch.float32)
+    mimo_state_bwd_kernel[(nblk, T.ns, L.H)](
+        buf, sin, sfin, dsfin if dsfin is not None else sfin, ds0, dcend, cs, T.bc_end, T.seq_bc, L.TT, L.H, PN,
+        T.nbc, HAS_DSFIN=dsfin is not None, BLK=STATE_BLK, num_warps=4, num_stages=1)
+    return ds0, dcend.sum(0)
+
+
+def out_pass(L: Launch, t, sin, bwd=False, dout=None):
+    """Forward outputs (bwd=False) or the epilogue backward (bwd=True, returns dy, dz, dφ, dζ, dw partials)."""
+    cfg, T = L.cfg, L.tables
+    q, k, v, theta, cs, gam, scl = t["q"], t["k"], t["v"], t["theta"], t["cs"], t["gam"], t["scl"]
+    has_out = t["phi"] is not None
+    dev = v.device
+    f32 = torch.float32
+    dummy = cs
+    out = dy = dz = dphip = dzetap = dnwp = None
+    if not bwd:
+        shape = (L.TT, L.H, L.P) if has_out else (L.TT, L.R, L.H, L.P)
+        out = torch.empty(shape, device=dev, dtype=v.dtype)
+    else:
+        dy = torch.empty(L.TT, L.R, L.H, L.P, device=dev, dtype=f32)
+        if t["z"] is not None:
+            dz = torch.empty_like(t["z"])
+            dzetap = torch.empty(T.nsc, L.H, L.R, L.P, device=dev, dtype=f32)
+        if has_out:
+            dphip = torch.empty(T.nsc, L.H, L.R, L.P, device=dev, dtype=f32)
+        if t["nw"] is not None:
+            dnwp = torch.empty(T.nsc, L.H, L.P, device=dev, dtype=f32)
+    d = lambda x: dummy if x is None else x  # noqa: E731
+    mimo_out_kernel[(T.nsc, L.H)](
+        q, k, v, theta, cs, gam, scl, t["qb"], t["kb"], t["psi"], d(t["zeta"]), d(t["phi"]), d(t["D"]),
+        d(t["z"]), d(t["nw"]), sin, d(out), d(dout), d(dy), d(dz), d(dphip), d(dzetap), d(dnwp),
+        T.sc_start, T.sc_end, T.sc_bc, T.bc_start, L.TT, L.H, L.HG, L.G, L.N2, L.A, L.P, L.eps,
+        R=L.R, BM=cfg.bm, BK=cfg.bk, BP=L.BP, HAS_D=t["D"] is not None, HAS_Z=t["z"] is not None,
+        HAS_OUT=has_out, NORM=t["norm"], HAS_NW=t["nw"] is not None, BWD=bwd, ONE_K=L.N2 <= cfg.bk,
+        DOT_PREC=L.dot_prec,
+        num_warps=cfg.warps, num_stages=cfg.stages)
+    if not bwd:
+        return out
+    return dy, dz, dphip, dzetap, dnwp
+
+
+def forward(L: Launch, t):
+    """Returns (out, sin (incoming state per state chunk), final ssm state)."""
+    buf = chunk_states(L, 0, t["v"], t["k"], t["kb"], t["theta"], t["cs"], t["scl"], t["psi"])
+    sfin = state_pass_fwd(L, buf, t["s0"], t["cs"])
+    return buf, sfin
+
+
+def backward(L: Launch, t, sin, sfin, dout, dsfin):
+    """All kernel-side gradients. Returns a dict."""
+    cfg, T = L.cfg, L.tables
+    dev = t["v"].device
+    f32 = torch.float32
+    dy, dz, dphip, dzetap, dnwp = out_pass(L, t, sin, bwd=True, dout=dout)
+    dsl = chunk_states(L, 1, dy, t["q"], t["qb"], t["theta"], t["cs"], t["scl"], t["psi"])
+    ds0, dcend = state_pass_bwd(L, dsl, sin, sfin, dsfin, t["cs"])
+    dsend = dsl
+    nkb = triton.cdiv(L.N2, cfg.bk_bwd)
+    TB = L.tables_bwd
+    dq = torch.empty_like(t["q"])
+    dk = torch.empty_like(t["k"])
+    dth = torch.empty(L.TT, L.H, max(L.A, 1), device=dev, dtype=f32)
+    dcp = torch.empty(2 * nkb, L.H, L.TT, device=dev, dtype=f32)
+    dqbp = torch.empty(TB.nsc, L.H, L.R, 2 * L.N2, device=dev, dtype=f32)
+    dkbp = torch.empty_like(dqbp)
+    q, k, v, theta, cs, gam, scl = t["q"], t["k"], t["v"], t["theta"], t["cs"], t["gam"], t["scl"]
+    for is_k, dx, dxbp in ((False, dq, dqbp), (True, dk, dkbp)):
+        mimo_bwd_dqk_kernel[(nkb, TB.nsc, L.G)](
+            q, k, v, theta, cs, gam, scl, t["qb"], t["kb"], t["psi"], dy, sin, dsend, dx, dth, dcp, dxbp,
+            TB.sc_start, TB.sc_end, TB.sc_bc, TB.bc_start, TB.bc_end, L.TT, L.H, L.HG, L.G, L.N2, L.A, L.P,
+            R=L.R, BM=cfg.bm_bwd, BK=cfg.bk_bwd, BP=L.BP, IS_K=is_k, DOT_PREC=L.dot_prec,
+            num_warps=cfg.warps_bwd, num_stages=cfg.stages)
+    dv = torch.empty_like(v)
+    dpsip = torch.empty(TB.nsc, L.H, L.R, L.P, device=dev, dtype=f32)
+    ddp = torch.empty(TB.nsc, L.H, device=dev, dtype=f32)
+    dscl = torch.empty(L.H, L.TT, device=dev, dtype=f32)
+    dgam = torch.empty(L.H, L.TT, device=dev, dtype=f32)
+    mimo_bwd_dv_kernel[(TB.nsc, L.H)](
+        q, k, v, theta, cs, gam, scl, t["qb"], t["kb"], t["psi"], t["D"] if t["D"] is not None else cs, dy, dsend,
+        dv, dpsip, ddp, dscl, dgam,
+        TB.sc_start, TB.sc_end, TB.sc_bc, TB.bc_start, TB.bc_end, L.TT, L.H, L.HG, L.G, L.N2, L.A, L.P,
+        R=L.R, BM=cfg.bm_bwd, BK=cfg.bk_bwd, BP=L.BP, HAS_D=t["D"] is not None, ONE_K=L.N2 <= cfg.bk_bwd,
+        DOT_PREC=L.dot_prec,
+        num_warps=cfg.warps_bwd, num_stages=cfg.stages)
+    dcs = dcp.sum(0)
+    dcs.index_add_(1, (T.bc_end - 1).long(), dcend)
+    return dict(q=dq, k=dk, v=dv, theta=dth[..., :L.A], cs=dcs, gam=dgam, scl=dscl, qb=dqbp.sum(0), kb=dkbp.sum(0),
+                psi=dpsip.sum(0), D=ddp.sum(0) if t["D"] is not None else None,
+                z=dz, zeta=dzetap.sum(0) if dzetap is not None else None,
+                phi=dphip.sum(0) if dphip is not None else None,
+                nw=dnwp.sum(0) if dnwp is not None else None, s0=ds0)
+
+
+def aot_kernel_launches(cfg: MimoConfig, headdim: int, dtype, arch: int, dstate: int = 128,
+                        kernels: tuple[str, ...] | None = None):
+    """Representative launches of the MIMO kernels for one configuration (AOT lane); ``kernels`` filters by
+    name prefix. Integer arguments are the bench shape's (multiples of 16, as real calls pass them)."""
+    from mamba3.testing.aot import KernelLaunch
+
+    H, G, R, N, P, A = 32, 1, 4, dstate, headdim, dstate // 4
+    N2, TT, NS, NBC, NSC = N // 2, 4096, 1, 64, 256
+    BP = block_p(P)
+    prec = "tf32x3" if dtype == torch.float32 else "tf32"
+    e = lambda *shape, dt=torch.float32: torch.empty(*shape, dtype=dt)  # noqa: E731
+    i32 = lambda n: torch.empty(n, dtype=torch.int32)  # noqa: E731
+    q = e(16, dt=dtype)
+    v = e(16, dt=dtype)
+    f = e(16)
+    tag = f"{cfg.name}-N{N}-P{P}-{str(dtype).split('.')[-1]}"
+    bps = min(cfg.bp_state, BP)
+    common_w = dict(num_warps=cfg.warps, num_stages=cfg.stages)
+    out = []
+    for mode in (0, 1):
+        x = v if mode == 0 else f
+        out.append(KernelLaunch(
+            f"mimo_chunk_state_kernel[mode{mode}]-{tag}", mimo_chunk_state_kernel,
+            (x, H * P if mode == 0 else R * H * P, 0 if mode == 0 else H * P, f, q, R * G * N, G * N, f, f, H * A,
+             f, f, f, i32(16), i32(16), TT, H, H // G, G, N2, A, P),
+            dict(R=R, BM=cfg.bm, BP=bps, BK=cfg.bk, MODE=mode, DOT_PREC=prec, num_warps=cfg.state_warps,
+                 num_stages=cfg.stages)))
+    out.append(KernelLaunch(f"mimo_state_fwd_kernel-{tag}", mimo_state_fwd_kernel,
+                            (f, f, f, f, i32(16), i32(16), TT, H, P * N),
+                            dict(HAS_S0=True, BLK=STATE_BLK, num_warps=4, num_stages=1)))
+    out.append(KernelLaunch(f"mimo_state_bwd_kernel-{tag}", mimo_state_bwd_kernel,
+                            (f, f, f, f, f, f, f, i32(16), i32(16), TT, H, P * N, NBC),
+                            dict(HAS_DSFIN=True, BLK=STATE_BLK, num_warps=4, num_stages=1)))
+    for bwd in (False, True):
+        out.append(KernelLaunch(
+            f"mimo_out_kernel[{'bwd' if bwd else 'fwd'}]-{tag}", mimo_out_kernel,
+            (q, q, v, f, f, f, f, f, f, f, f, f, f, v, f, f, v, v, f, v, f, f, f,
+             i32(16), i32(16), i32(16), i32(16), TT, H, H // G, G, N2, A, P, 1e-5),
+            dict(R=R, BM=cfg.bm, BK=cfg.bk, BP=BP, HAS_D=True, HAS_Z=True, HAS_OUT=True, NORM=True, HAS_NW=True,
+                 BWD=bwd, ONE_K=N2 <= cfg.bk, DOT_PREC=prec, **common_w)))
+    bwd_w = dict(num_warps=cfg.warps_bwd, num_stages=cfg.stages)
+    for is_k in (False, True):
+        out.append(KernelLaunch(
+            f"mimo_bwd_dqk_kernel[{'dk' if is_k else 'dq'}]-{tag}", mimo_bwd_dqk_kernel,
+            (q, q, v, f, f, f, f, f, f, f, f, f, f, q, f, f, f,
+             i32(16), i32(16), i32(16), i32(16), i32(16), TT, H, H // G, G, N2, A, P),
+            dict(R=R, BM=cfg.bm_bwd, BK=cfg.bk_bwd, BP=BP, IS_K=is_k, DOT_PREC=prec, **bwd_w)))
+    out.append(KernelLaunch(
+        f"mimo_bwd_dv_kernel-{tag}", mimo_bwd_dv_kernel,
+        (q, q, v, f, f, f, f, f, f, f, f, f, f, v, f, f, f, f,
+         i32(16), i32(16), i32(16), i32(16), i32(16), TT, H, H // G, G, N2, A, P),
+        dict(R=R, BM=cfg.bm_bwd, BK=cfg.bk_bwd, BP=BP, HAS_D=True, ONE_K=N2 <= cfg.bk_bwd, DOT_PREC=prec,
+             **bwd_w)))
+    from .angles import _meta, mimo_angle_bwd_kernel, mimo_angle_fwd_kernel
+
+    out.append(KernelLaunch(f"mimo_angle_fwd_kernel-A{A}", mimo_angle_fwd_kernel,
+                            (f, H * A, A, f, f, f, i32(16), i32(16), H, A),
+                            dict(HAS_TH0=True, **_meta(A), num_warps=4, num_stages=1)))
+    out.append(KernelLaunch(f"mimo_angle_bwd_kernel-A{A}", mimo_angle_bwd_kernel,
+                            (f, H * A, A, f, f, f, f, f, i32(16), i32(16), H, A),
+                            dict(**_meta(A), num_warps=4, num_stages=1)))
+    if kernels is not None:
+        out = [x for x in out if x.name.startswith(kernels)]
+    return out

@@ -1,0 +1,151 @@
+"""Tile helpers shared by the MIMO forward and backward kernels.
+
+Layout conventions (set up by :mod:`.function`; every tensor is contiguous):
+- tokens are flattened over the batch: token index ``tok`` in [0, TT), TT = B·T (or the packed length);
+- a *row* of a tile is a (token, rank) pair: row i of a tile that starts at token ``tok0`` is token
+  ``tok0 + i // R``, rank ``i % R`` (BM = CT·R rows for CT tokens);
+- q, k: (TT, R, G, N); v, z: (TT, H, P); θ: (TT, H, A) fp32; per-rank dy: (TT, R, H, P) fp32;
+  cs / γ / scale: (H, TT) fp32; states: (num_chunks, H, P, N) fp32;
+- N is processed as half-split pairs: a "pair block" holds columns [k0, k0+BK) and [N/2 + k0, N/2 + k0 + BK)
+  of q/k, which is exactly what a rotation by θ[:, k0:k0+BK] mixes. Columns n ≥ A are not rotated (θ = 0).
+
+All arithmetic is fp32; inputs are widened on load. Masked rows / columns load as exact zeros, so padded
+rows contribute nothing to any dot.
+"""
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def rows_of(ntok, R: tl.constexpr, BM: tl.constexpr):
+    """(token offset, rank, valid) of the BM rows of a tile holding ``ntok`` tokens."""
+    i = tl.arange(0, BM)
+    t = i // R
+    return t, i % R, t < ntok
+
+
+@triton.jit
+def sincos(x):
+    """(sin x, cos x) in fp32 for moderate |x| (θ is kept in [0, 2π)): quadrant reduction with a two-part π/2
+    (Cody–Waite) and Taylor polynomials on [−π/4, π/4] (truncation < 1e-9). Compact and register-light
+    compared with the general libdevice sinf/cosf, whose huge-argument path is dead code here; no libdevice,
+    so it also runs under the interpreter."""
+    k = tl.floor(x * 0.6366197723675814 + 0.5)
+    r = (x - k * 1.5707963705062866) + k * 4.371139000186243e-08
+    r2 = r * r
+    sr = r * (1.0 + r2 * (-1.6666666666666666e-01 + r2 * (8.333333333333333e-03 + r2 * (
+        -1.984126984126984e-04 + r2 * 2.7557319223985893e-06))))
+    cr = 1.0 + r2 * (-0.5 + r2 * (4.1666666666666664e-02 + r2 * (-1.388888888888889e-03 + r2 * (
+        2.48015873015873e-05 - r2 * 2.755731922398589e-07))))
+    q = k - 4.0 * tl.floor(k * 0.25)  # quadrant 0..3
+    s = tl.where(q == 0.0, sr, tl.where(q == 1.0, cr, tl.where(q == 2.0, -sr, -cr)))
+    c = tl.where(q == 0.0, cr, tl.where(q == 1.0, -sr, tl.where(q == 2.0, -cr, sr)))
+    return s, c
+
+
+@triton.jit
+def bcast_tok(x, R: tl.constexpr, BM: tl.constexpr):
+    """[CT, K] per-token values → [BM, K] rows (row i takes token i // R)."""
+    CT: tl.constexpr = BM // R
+    K: tl.constexpr = x.shape[1]
+    return tl.reshape(tl.broadcast_to(tl.expand_dims(x, 1), (CT, R, K)), (BM, K))
+
+
+@triton.jit
+def bcast_rank(x, R: tl.constexpr, BM: tl.constexpr):
+    """[R, K] per-rank values → [BM, K] rows (row i takes rank i % R)."""
+    CT: tl.constexpr = BM // R
+    K: tl.constexpr = x.shape[1]
+    return tl.reshape(tl.broadcast_to(tl.expand_dims(x, 0), (CT, R, K)), (BM, K))
+
+
+@triton.jit
+def rot_pair(X, sx_t, sx_r, BIAS, TH, sth_t, tok0, ntok, k0, N2, A, R: tl.constexpr, BM: tl.constexpr,
+             BK: tl.constexpr):
+    """Biased, rotated pair block of the q or k rows of tokens [tok0, tok0 + ntok): (x̃1, x̃2, cos, sin), each
+    [BM, BK] fp32. X points at (token 0, rank 0, group g, column 0); BIAS at bias[h] (R, N); TH at θ[0, h].
+    θ, cos and sin are computed once per token and broadcast over the R ranks; the bias once per rank."""
+    CT: tl.constexpr = BM // R
+    t, r, valid = rows_of(ntok, R, BM)
+    kk = k0 + tl.arange(0, BK)
+    km = kk < N2
+    m = valid[:, None] & km[None, :]
+    off = (tok0 + t).to(tl.int64)[:, None] * sx_t + r[:, None] * sx_r + kk[None, :]
+    x1 = tl.load(X + off, mask=m, other=0.0).to(tl.float32)
+    x2 = tl.load(X + off + N2, mask=m, other=0.0).to(tl.float32)
+    ro = tl.arange(0, R)
+    boff = ro[:, None] * (2 * N2) + kk[None, :]
+    b1 = bcast_rank(tl.load(BIAS + boff, mask=km[None, :], other=0.0).to(tl.float32), R, BM)
+    b2 = bcast_rank(tl.load(BIAS + boff + N2, mask=km[None, :], other=0.0).to(tl.float32), R, BM)
+    x1 = tl.where(m, x1 + b1, 0.0)
+    x2 = tl.where(m, x2 + b2, 0.0)
+    tt = tl.arange(0, CT)
+    mt = (tt < ntok)[:, None] & (kk < A)[None, :]
+    th = tl.load(TH + (tok0 + tt).to(tl.int64)[:, None] * sth_t + kk[None, :], mask=mt, other=0.0)  # [CT, BK]
+    s, c = sincos(th)
+    c = bcast_tok(c, R, BM)
+    s = bcast_tok(s, R, BM)
+    return x1 * c - x2 * s, x1 * s + x2 * c, c, s
+
+
+@triton.jit
+def vtilde(V, sv_t, PSI, sp_r, tok0, ntok, P, R: tl.constexpr, BM: tl.constexpr, BP: tl.constexpr):
+    """[BM, BP] rows ṽ_{t,r} = v_t ⊙ ψ_r for tokens [tok0, tok0 + ntok) (V at v[0, h], PSI at ψ[h]; ψ rows
+    sp_r apart; P columns valid)."""
+    CT: tl.constexpr = BM // R
+    tt = tl.arange(0, CT)
+    pp = tl.arange(0, BP)
+    pm = pp < P
+    v = tl.load(V + (tok0 + tt).to(tl.int64)[:, None] * sv_t + pp[None, :],
+                mask=(tt < ntok)[:, None] & pm[None, :], other=0.0).to(tl.float32)
+    ro = tl.arange(0, R)
+    psi = tl.load(PSI + ro[:, None] * sp_r + pp[None, :], mask=pm[None, :], other=0.0).to(tl.float32)
+    return bcast_tok(v, R, BM) * bcast_rank(psi, R, BM)
+
+
+@triton.jit
+def load_rows_p(X, sx_t, sx_r, tok, r, valid, P, BP: tl.constexpr):
+    """[BM, BP] fp32 rows of a per-row (t, r) tensor (X at (row 0, h, 0)); sx_r = 0 repeats a per-token row."""
+    pp = tl.arange(0, BP)
+    m = valid[:, None] & (pp < P)[None, :]
+    off = tok.to(tl.int64)[:, None] * sx_t + r[:, None] * sx_r + pp[None, :]
+    return tl.load(X + off, mask=m, other=0.0).to(tl.float32)
+
+
+@triton.jit
+def load_tok_rows(X, sx_t, tok0, ntok, P, R: tl.constexpr, BM: tl.constexpr, BP: tl.constexpr):
+    """[BM, BP] rows of a per-token tensor (X at (token 0, h, 0)): loaded once per token, broadcast over R."""
+    CT: tl.constexpr = BM // R
+    tt = tl.arange(0, CT)
+    pp = tl.arange(0, BP)
+    x = tl.load(X + (tok0 + tt).to(tl.int64)[:, None] * sx_t + pp[None, :],
+                mask=(tt < ntok)[:, None] & (pp < P)[None, :], other=0.0).to(tl.float32)
+    return bcast_tok(x, R, BM)
+
+
+@triton.jit
+def load_rank_p(X, r, valid, sx_r, P, BP: tl.constexpr):
+    """[BM, BP] rows of a per-rank (R, ·) parameter (X at param[h] + column offset; row stride sx_r)."""
+    pp = tl.arange(0, BP)
+    m = valid[:, None] & (pp < P)[None, :]
+    return tl.load(X + r[:, None] * sx_r + pp[None, :], mask=m, other=0.0).to(tl.float32)
+
+
+@triton.jit
+def load_state_pair(S, k0, N2, P, BP: tl.constexpr, BK: tl.constexpr):
+    """The two [BP, BK] halves of a (P, N) fp32 state at pair block k0."""
+    pp = tl.arange(0, BP)
+    kk = k0 + tl.arange(0, BK)
+    m = (pp < P)[:, None] & (kk < N2)[None, :]
+    off = pp[:, None] * (2 * N2) + kk[None, :]
+    return tl.load(S + off, mask=m, other=0.0), tl.load(S + off + N2, mask=m, other=0.0)
+
+
+@triton.jit
+def pair_weights(ti, tj, ci, cj, scale_j, gamma_i):
+    """W[i, j] = e^{c_i − c_j}·scale_j if t_i > t_j, γ_i if t_i == t_j, else 0 (absolute token indices)."""
+    strict = ti[:, None] > tj[None, :]
+    e = tl.exp(tl.where(strict, ci[:, None] - cj[None, :], 0.0))
+    return tl.where(strict, e * scale_j[None, :], tl.where(ti[:, None] == tj[None, :], gamma_i[:, None], 0.0))

@@ -1,0 +1,273 @@
+"""SISO backward: the two per-chunk gradient kernels (host orchestration lives in ``function.py``).
+
+Per chunk (positions i, j; M_ij = e^{cs_i−cs_j}·[j<i]; kk_j = scale_j·k̃_j; S = state entering the chunk;
+dSe = gradient arriving at the chunk's end, from the reverse state pass; dy = dO ⊙ silu(z)):
+
+``bwd_dv_kernel`` — grid (chunk, head), loops over N blocks to form Q̃KKᵀ, Q̃Sᵀ, KK·dSeᵀ, ⟨dSe, S⟩:
+    dv_j  = Σ_i M_ij(q̃_i·kk_j)·dy_i + e^{cs_L−cs_j}·dSe kk_j + (D + γ_j q̂_j·k̂_j)·dy_j
+    dz    = dO ⊙ y ⊙ σ(z)(1 + z(1−σ(z)))   (y recomputed)
+    dD    = Σ dy·v (per chunk partials), dγ(diag) = (dy_i·v_i)(q̂_i·k̂_i)
+    d adt = reverse cumsum (within the chunk) of the gradient w.r.t. cs: inter e^{cs_i}·dy_i·S q̃_i, intra row sums
+            minus column sums of M∘(Q̃KKᵀ)∘(dY Vᵀ), minus the K-into-state term, plus at the last position
+            e^{cs_L}⟨dSe, S⟩ and the K-into-state total. No cross-chunk cumsum is needed: cs restarts every chunk.
+
+``bwd_dqk_kernel`` — grid (chunk, q/k group, head split, N block): loops over its share of the group's heads and
+    sums dq, dk over them in registers; the head splits write fp32 partials summed on the host (no atomics):
+    dq̃ = e^{cs}⊙(dY S) + (M∘dY Vᵀ) KK,  dkk = (M∘dY Vᵀ)ᵀ Q̃ + e^{cs_L−cs}⊙(V dSe),  dk̃ = scale⊙dkk
+    dscale_j = dkk_j·k̃_j (partial per N block), dθ = pair-wise dq̃·∂q̃/∂θ + dk̃·∂k̃/∂θ → within-chunk reverse cumsum
+    stored per token (the cross-chunk part is added by ``common.cumsum.angle_backward``),
+    dq̂ = R(θ)ᵀdq̃ + γ(dy·v)·k̂,  dk̂ = R(θ)ᵀdk̃ + γ(dy·v)·q̂;  bias gradients as per-(chunk, head) partial sums.
+"""
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from ..common.tiles import (add_bias_pairs, chunk_scalars, join_pairs, load_pairs, rotation_tile, split_pairs,
+                            store_pairs)
+
+
+@triton.jit(do_not_specialize=["T", "NB_B", "sd_n"])
+def bwd_dv_kernel(q_ptr, k_ptr, v_ptr, z_ptr, do_ptr, dv_ptr, dz_ptr, qb_ptr, kb_ptr, d_ptr, adt_ptr, dt_ptr,
+                  trap_ptr, ang_ptr, off_ptr, st_ptr, dst_ptr, ddp_ptr, dgam_ptr, dadt_ptr, table_ptr,
+                  T, NB_B, sd_n, sq_t, sv_t, sa_t, sa_h, H, HPG, A,
+                  N: tl.constexpr, P: tl.constexpr, C: tl.constexpr, BN: tl.constexpr, BP: tl.constexpr,
+                  HAS_Z: tl.constexpr, HAS_D: tl.constexpr, HAS_BIAS: tl.constexpr,
+                  DOT_DT: tl.constexpr, PREC: tl.constexpr):
+    sq_b = T * sq_t
+    sv_b = T * sv_t
+    s_h = T
+    s_b = H * T
+    sa_b = T * sa_t
+    sp_n = NB_B * s_b
+    # 1-D grid, chunk-major then head then P block (fastest): concurrent CTAs share the DRAM rows of v/z/dO
+    pid = tl.program_id(0).to(tl.int64)
+    pb = pid % (P // BP)
+    c = pid // (P // BP) // H
+    h = pid // (P // BP) % H
+    bidx = tl.load(table_ptr + c * 5 + 0).to(tl.int64)
+    t0 = tl.load(table_ptr + c * 5 + 1).to(tl.int64)
+    L = tl.load(table_ptr + c * 5 + 2)
+    t_end = tl.load(table_ptr + c * 5 + 4).to(tl.int64)
+    g = h // HPG
+    i, m, a, dt, lam, gamma, scale, cs = chunk_scalars(adt_ptr, dt_ptr, trap_ptr, bidx * s_b + h * s_h, t0, L,
+                                                       t_end, C)
+    cs_last = tl.sum(a, 0)
+    rev = tl.exp(cs_last - cs)
+    ecs = tl.exp(cs)
+    t = t0 + i
+    p = pb * BP + tl.arange(0, BP)
+    BH: tl.constexpr = BN // 2
+    qrow = bidx * sq_b + t * sq_t + g * N
+    arow = bidx * sa_b + t * sa_t + h * sa_h
+    acc_qk = tl.zeros([C, C], dtype=tl.float32)
+    acc_qs = tl.zeros([C, BP], dtype=tl.float32)
+    acc_kd = tl.zeros([C, BP], dtype=tl.float32)
+    qk = tl.zeros([C], dtype=tl.float32)
+    sdot = tl.zeros([BP], dtype=tl.float32)
+    sbase = (c * H + h) * P * N
+    for nb in range(N // BN):
+        pa = nb * BH + tl.arange(0, BH)
+        qe, qo = load_pairs(q_ptr, qrow, m, nb * BN, C, BN)
+        ke, ko = load_pairs(k_ptr, qrow, m, nb * BN, C, BN)
+        if HAS_BIAS:
+            qe, qo = add_bias_pairs(qe, qo, qb_ptr + h * N, nb * BN, BN)
+            ke, ko = add_bias_pairs(ke, ko, kb_ptr + h * N, nb * BN, BN)
+        qk += tl.sum(qe * ke + qo * ko, 1)
+        si, co = rotation_tile(ang_ptr, arow, m, dt, off_ptr + (c * H + h) * A, pa, A, C, BH)
+        qr = join_pairs(qe * co - qo * si, qe * si + qo * co, C, BN).to(DOT_DT)
+        kk = (join_pairs(ke * co - ko * si, ke * si + ko * co, C, BN) * scale[:, None]).to(DOT_DT)
+        n = nb * BN + tl.arange(0, BN)
+        s = tl.load(st_ptr + sbase + p[:, None] * N + n[None, :])  # [BP, BN] fp32
+        dse = tl.load(dst_ptr + sbase + p[:, None] * N + n[None, :])
+        sdot += tl.sum(s * dse, 1)
+        acc_qk += tl.dot(qr, tl.trans(kk), input_precision=PREC)
+        acc_qs += tl.dot(qr, tl.trans(s.to(DOT_DT)), input_precision=PREC)
+        acc_kd += tl.dot(kk, tl.trans(dse.to(DOT_DT)), input_precision=PREC)
+    vrow = bidx * sv_b + t * sv_t + h * P
+    v = tl.load(v_ptr + vrow[:, None] + p[None, :], mask=m[:, None], other=0.0)
+    vf = v.to(tl.float32)
+    do = tl.load(do_ptr + vrow[:, None] + p[None, :], mask=m[:, None], other=0.0).to(tl.float32)
+    if HAS_Z:
+        zz = tl.load(z_ptr + vrow[:, None] + p[None, :], mask=m[:, None], other=0.0).to(tl.float32)
+        sz = tl.sigmoid(zz)
+        dy = do * zz * sz
+    else:
+        dy = do
+    diff = cs[:, None] - cs[None, :]
+    causal = i[None, :] < i[:, None]
+    mm = tl.where(causal, tl.exp(tl.minimum(diff, 0.0)), 0.0) * acc_qk  # [C, C]
+    diag = gamma * qk
+    if HAS_D:
+        diag += tl.load(d_ptr + h).to(tl.float32)
+    # partial outputs (sums over p): one slab per P block, summed on the host
+    part = pb * sp_n
+    if HAS_Z:
+        y = ecs[:, None] * acc_qs + tl.dot(mm.to(DOT_DT), v.to(DOT_DT), input_precision=PREC) + diag[:, None] * vf
+        dz = do * y * sz * (1.0 + zz * (1.0 - sz))
+        tl.store(dz_ptr + vrow[:, None] + p[None, :], dz.to(dz_ptr.dtype.element_ty), mask=m[:, None])
+    dyd = dy.to(DOT_DT)
+    dv = tl.dot(tl.trans(mm.to(DOT_DT)), dyd, input_precision=PREC) + rev[:, None] * acc_kd + diag[:, None] * dy
+    tl.store(dv_ptr + vrow[:, None] + p[None, :], dv.to(dv_ptr.dtype.element_ty), mask=m[:, None])
+    dyv = tl.sum(dy * vf, 1)
+    if HAS_D:
+        tl.store(ddp_ptr + pb * sd_n + c * H + h, tl.sum(dyv, 0))
+    dbase = bidx * s_b + h * s_h
+    tl.store(dgam_ptr + part + dbase + t, dyv * qk, mask=m)
+    # intra-chunk decay terms: W = M∘(Q̃KKᵀ)∘(dY Vᵀ); d/dcs_i gets row sums minus column sums
+    w = mm * tl.dot(dyd, tl.trans(v.to(DOT_DT)), input_precision=PREC)  # [C, C]
+    bterm = rev * tl.sum(vf * acc_kd, 1)
+    gcs = ecs * tl.sum(dy * acc_qs, 1) + tl.sum(w, 1) - tl.sum(w, 0)
+    gcs = tl.where(m, gcs, 0.0)
+    # d adt_r = Σ_{i≥r} g_i (reverse cumsum of the gradient w.r.t. cs) + e^{cs_L}⟨dSe, S⟩ + Σ_{j<r} bterm_j: the
+    # K-into-state term enters cs_L (every r) and −cs_j (r ≤ j), leaving the exclusive prefix. Both prefix sums are
+    # masked C×C reductions: tl.cumsum / a full tl.sum on these dot-derived layouts crash Triton 3.6's Blackwell
+    # TMEM layout pass.
+    ge = i[None, :] >= i[:, None]
+    dadt = tl.sum(tl.where(ge, gcs[None, :], 0.0), 1) + tl.sum(tl.where(ge, 0.0, bterm[None, :]), 1)
+    dadt += tl.exp(cs_last) * tl.sum(sdot, 0)
+    tl.store(dadt_ptr + part + dbase + t, dadt, mask=m)
+
+
+@triton.jit(do_not_specialize=["T", "NB_B"])
+def bwd_dqk_kernel(q_ptr, k_ptr, v_ptr, z_ptr, do_ptr, dq_ptr, dk_ptr, qb_ptr, kb_ptr, adt_ptr, dt_ptr, trap_ptr,
+                   ang_ptr, off_ptr, st_ptr, dst_ptr, dsc_ptr, dbq_ptr, dbk_ptr, r_ptr, table_ptr,
+                   T, NB_B, sq_t, sv_t, sa_t, sa_h, H, HPG, HS, A,
+                   N: tl.constexpr, P: tl.constexpr, C: tl.constexpr, BN: tl.constexpr, BP: tl.constexpr,
+                   HAS_Z: tl.constexpr, HAS_BIAS: tl.constexpr,
+                   DOT_DT: tl.constexpr, PREC: tl.constexpr):
+    sq_b = T * sq_t
+    sv_b = T * sv_t
+    s_h = T
+    s_b = H * T
+    sa_b = T * sa_t
+    sr_t = H * A
+    sr_b = T * sr_t
+    sc_n = NB_B * s_b
+    # 1-D grid: chunk, then group, then head split, then N block (fastest). The HPG heads of a group are split
+    # over HS programs (HPG // HS heads each, summed in registers); with HS > 1 each program writes an fp32
+    # partial dq/dk slab (summed on the host), so no atomics are needed.
+    pid = tl.program_id(0).to(tl.int64)
+    nb = pid % (N // BN)
+    rest = pid // (N // BN)
+    hsi = rest % HS
+    rest = rest // HS
+    g = rest % (H // HPG)
+    c = rest // (H // HPG)
+    HPP = HPG // HS
+    bidx = tl.load(table_ptr + c * 5 + 0).to(tl.int64)
+    t0 = tl.load(table_ptr + c * 5 + 1).to(tl.int64)
+    L = tl.load(table_ptr + c * 5 + 2)
+    t_end = tl.load(table_ptr + c * 5 + 4).to(tl.int64)
+    BH: tl.constexpr = BN // 2
+    i = tl.arange(0, C)
+    m = i < L
+    t = t0 + i
+    pa = nb * BH + tl.arange(0, BH)
+    n = nb * BN + tl.arange(0, BN)
+    qrow = bidx * sq_b + t * sq_t + g * N
+    qe0, qo0 = load_pairs(q_ptr, qrow, m, nb * BN, C, BN)
+    ke0, ko0 = load_pairs(k_ptr, qrow, m, nb * BN, C, BN)
+    dq_e = tl.zeros([C, BH], dtype=tl.float32)
+    dq_o = tl.zeros([C, BH], dtype=tl.float32)
+    dk_e = tl.zeros([C, BH], dtype=tl.float32)
+    dk_o = tl.zeros([C, BH], dtype=tl.float32)
+    causal = i[None, :] < i[:, None]
+    amask = m[:, None] & (pa < A)[None, :]
+    for hh in range(HPP):
+        h = g * HPG + hsi * HPP + hh
+        i2, m2, a, dt, lam, gamma, scale, cs = chunk_scalars(adt_ptr, dt_ptr, trap_ptr, bidx * s_b + h * s_h, t0,
+                                                             L, t_end, C)
+        rev = tl.exp(tl.sum(a, 0) - cs)
+        ecs = tl.exp(cs)
+        vrow = bidx * sv_b + t * sv_t + h * P
+        sbase = (c * H + h) * P * N
+        # sums over p, one BP slab at a time: dY Vᵀ, dY S, V dSe, dy·v
+        dyvt = tl.zeros([C, C], dtype=tl.float32)
+        dyvt_t = tl.zeros([C, C], dtype=tl.float32)
+        dq_in = tl.zeros([C, BN], dtype=tl.float32)
+        dk_in = tl.zeros([C, BN], dtype=tl.float32)
+        # fp32 (FMA dots): Triton 3.6 on Blackwell rejects re-interleaved (joined/split) dot operands and transposed
+        # register operands ("Illegal shared layout"), so the fp32 path works on even/odd halves throughout.
+        dq_in_e = tl.zeros([C, BH], dtype=tl.float32)
+        dq_in_o = tl.zeros([C, BH], dtype=tl.float32)
+        dk_in_e = tl.zeros([C, BH], dtype=tl.float32)
+        dk_in_o = tl.zeros([C, BH], dtype=tl.float32)
+        dyv = tl.zeros([C], dtype=tl.float32)
+        for pb in range(P // BP):
+            p = pb * BP + tl.arange(0, BP)
+            v = tl.load(v_ptr + vrow[:, None] + p[None, :], mask=m[:, None], other=0.0)
+            dy = tl.load(do_ptr + vrow[:, None] + p[None, :], mask=m[:, None], other=0.0).to(tl.float32)
+            if HAS_Z:
+                zz = tl.load(z_ptr + vrow[:, None] + p[None, :], mask=m[:, None], other=0.0).to(tl.float32)
+                dy = dy * zz * tl.sigmoid(zz)
+            dyv += tl.sum(dy * v.to(tl.float32), 1)
+            dyd = dy.to(DOT_DT)
+            vd = v.to(DOT_DT)
+            dyvt += tl.dot(dyd, tl.trans(vd), input_precision=PREC)
+            if DOT_DT == tl.float32:
+                dyvt_t += tl.dot(vd, tl.trans(dyd), input_precision=PREC)
+                ne = nb * BN + 2 * tl.arange(0, BH)
+                sp = sbase + p[:, None] * N + ne[None, :]
+                dq_in_e += tl.dot(dyd, tl.load(st_ptr + sp), input_precision=PREC)
+                dq_in_o += tl.dot(dyd, tl.load(st_ptr + sp + 1), input_precision=PREC)
+                dk_in_e += tl.dot(vd, tl.load(dst_ptr + sp), input_precision=PREC)
+                dk_in_o += tl.dot(vd, tl.load(dst_ptr + sp + 1), input_precision=PREC)
+            else:
+                s = tl.load(st_ptr + sbase + p[:, None] * N + n[None, :]).to(DOT_DT)  # [BP, BN]
+                dse = tl.load(dst_ptr + sbase + p[:, None] * N + n[None, :]).to(DOT_DT)
+                dq_in += tl.dot(dyd, s, input_precision=PREC)
+                dk_in += tl.dot(vd, dse, input_precision=PREC)
+        dqk = gamma * dyv
+        diff = cs[:, None] - cs[None, :]
+        a1 = tl.where(causal, tl.exp(tl.minimum(diff, 0.0)), 0.0) * dyvt
+        a1d = a1.to(DOT_DT)
+        qe = qe0
+        qo = qo0
+        ke = ke0
+        ko = ko0
+        if HAS_BIAS:
+            qe, qo = add_bias_pairs(qe, qo, qb_ptr + h * N, nb * BN, BN)
+            ke, ko = add_bias_pairs(ke, ko, kb_ptr + h * N, nb * BN, BN)
+        si, co = rotation_tile(ang_ptr, bidx * sa_b + t * sa_t + h * sa_h, m, dt, off_ptr + (c * H + h) * A, pa, A, C, BH)
+        qre = qe * co - qo * si
+        qro = qe * si + qo * co
+        kre = ke * co - ko * si
+        kro = ke * si + ko * co
+        if DOT_DT == tl.float32:
+            # (M∘dY Vᵀ)ᵀ = Mᵀ∘(V dYᵀ) formed directly (one more C×C×P dot) instead of a transposed operand
+            a1t = tl.where(i[:, None] < i[None, :], tl.exp(tl.minimum(-diff, 0.0)), 0.0) * dyvt_t
+            dqe = ecs[:, None] * dq_in_e + tl.dot(a1, kre * scale[:, None], input_precision=PREC)
+            dqo = ecs[:, None] * dq_in_o + tl.dot(a1, kro * scale[:, None], input_precision=PREC)
+            dkke = tl.dot(a1t, qre, input_precision=PREC) + rev[:, None] * dk_in_e
+            dkko = tl.dot(a1t, qro, input_precision=PREC) + rev[:, None] * dk_in_o
+        else:
+            qr = join_pairs(qre, qro, C, BN)
+            kk = join_pairs(kre, kro, C, BN) * scale[:, None]
+            dqr = ecs[:, None] * dq_in + tl.dot(a1d, kk.to(DOT_DT), input_precision=PREC)
+            dkk = tl.dot(tl.trans(a1d), qr.to(DOT_DT), input_precision=PREC) + rev[:, None] * dk_in
+            dqe, dqo = split_pairs(dqr, C, BH)
+            dkke, dkko = split_pairs(dkk, C, BH)
+        tl.store(dsc_ptr + nb * sc_n + bidx * s_b + h * s_h + t, tl.sum(dkke * kre + dkko * kro, 1), mask=m)
+        dke = dkke * scale[:, None]
+        dko = dkko * scale[:, None]
+        dth = (dqo * qre - dqe * qro) + (dko * kre - dke * kro)
+        dth = tl.where(amask, dth, 0.0)
+        rcs = tl.sum(dth, 0)[None, :] - tl.cumsum(dth, 0) + dth
+        tl.store(r_ptr + bidx * sr_b + t[:, None] * sr_t + h * A + pa[None, :], rcs, mask=amask)
+        gqe = tl.where(m[:, None], dqe * co + dqo * si + dqk[:, None] * ke, 0.0)
+        gqo = tl.where(m[:, None], dqo * co - dqe * si + dqk[:, None] * ko, 0.0)
+        gke = tl.where(m[:, None], dke * co + dko * si + dqk[:, None] * qe, 0.0)
+        gko = tl.where(m[:, None], dko * co - dke * si + dqk[:, None] * qo, 0.0)
+        if HAS_BIAS:
+            bb = (c * H + h) * N
+            nn = nb * BN + tl.arange(0, BN)
+            tl.store(dbq_ptr + bb + nn, tl.reshape(tl.join(tl.sum(gqe, 0), tl.sum(gqo, 0)), (BN,)))
+            tl.store(dbk_ptr + bb + nn, tl.reshape(tl.join(tl.sum(gke, 0), tl.sum(gko, 0)), (BN,)))
+        dq_e += gqe
+        dq_o += gqo
+        dk_e += gke
+        dk_o += gko
+    part = hsi * NB_B * T * sq_t  # 0 when HS == 1 (then dq/dk are the outputs themselves)
+    store_pairs(dq_ptr + part, qrow, m, nb * BN, dq_e, dq_o, C, BN)
+    store_pairs(dk_ptr + part, qrow, m, nb * BN, dk_e, dk_o, C, BN)

@@ -1,0 +1,41 @@
+"""SISO adapters of :mod:`mamba3.testing.compare` used by the tests (interpreter and GPU lanes): short-named
+input cases, ``siso_triton`` called with an inputs dict, and the kernel-vs-float64-reference check."""
+from __future__ import annotations
+
+import torch
+
+from mamba3.testing.compare import assert_within_contract, compare
+
+
+def make_case(dtype=torch.float32, B=2, T=17, H=2, G=1, N=16, P=16, A=4, states=False, shared=False, cu=None,
+              D=True, Z=True, seed=0, device="cpu"):
+    """SISO inputs (a keyword-argument dict) with the short names these tests use."""
+    from mamba3.testing.inputs import siso_inputs
+
+    return siso_inputs(bsz=B, seqlen=T, nheads=H, ngroups=G, dstate=N, headdim=P, nangles=A, dtype=dtype,
+                       device=device, states=states, shared_angles=shared, cu_seqlens=cu, with_D=D, with_z=Z,
+                       seed=seed)
+
+
+def siso_kernel(chunk_size, precision="ieee"):
+    """siso_triton with the keyword arguments of an inputs dict; checks that the output keeps v's dtype."""
+    from .function import siso_triton
+
+    def run(**a):
+        out, states = siso_triton(a["q"], a["k"], a["v"], a["adt"], a["dt"], a["trap"], a["q_bias"], a["k_bias"],
+                                  a["angles"], a.get("D"), a.get("z"), a.get("input_states"), chunk_size,
+                                  a.get("cu_seqlens"), precision)
+        assert out.dtype == a["v"].dtype
+        return out, states
+    return run
+
+
+def run_and_compare(args, chunk_size, reference=None, precision="ieee", tols=None):
+    """siso_triton against the float64 reference (default: the recurrent definition) on the same inputs: output,
+    final states and every gradient; asserts the dtype's bars (or ``tols`` = (output, gradient))."""
+    from mamba3.reference import siso_recurrent
+
+    errs = compare(siso_kernel(chunk_size, precision), reference or siso_recurrent, args)
+    assert_within_contract(errs, args["v"].dtype, tols)
+    print(", ".join(f"{k}={e:.2e}" for k, e in errs.items()))
+    return errs

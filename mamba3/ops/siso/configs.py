@@ -1,0 +1,97 @@
+"""SISO kernel configurations and the dispatcher's choice (no autotuning: a pure function of device and problem).
+
+Why these tiles
+---------------
+* No tile grows with N or P: every per-chunk kernel loops (or grids) over N in blocks of ``bn`` = min(64, N) dims
+  (32 rotation pairs) and over P in blocks of ``bp`` = min(64, P). The operands Triton stages in shared memory
+  are C×bn, C×bp, bp×bn and C×C tiles, so a config's footprint depends on (chunk, bn, bp, dtype class) only and
+  N = P = 128 (the largest blocks) bounds every shape (see ``launches.py``: 13 AOT compiles per arch prove it).
+* chunk = 64 on every architecture: the chunk states (P·N fp32 per chunk and head) dominate memory traffic, so
+  fewer, larger chunks are faster; the C×C tiles at 64 still fit easily. Chunks 16 and 32 are accepted when the
+  caller asks (smaller footprint, same kernels).
+* warps: 4 for the chunk-state and output kernels (64×64 fp32 accumulators = 32 registers/thread at 128 threads),
+  8 for the two backward kernels (three C×bp / C×C accumulators live at once).
+* num_stages = 1 everywhere: the loops over N/P blocks are 1–4 iterations (nothing to pipeline), and Blackwell
+  (sm_100/sm_120) must not pipeline (the official kernel saw num_stages > 1 corrupt outputs there).
+* state_block = 256: the state-passing pass walks the chunks of a sequence sequentially; small slabs give
+  NS·H·(P·N/256) programs, enough in flight to reach copy bandwidth even for B = 1 (measured 3.8 TB/s on H200).
+
+Measured shared memory (AOT, N = P = 128, bytes incl. static; the largest kernel is bwd_dv/bwd_dqk):
+fp32 C=64: 66,560 on sm_90 — every arch's config fits 101,376 B with a wide margin. ``_SMEM_NEED`` holds the
+per-chunk worst case over the CI archs, used to refuse (with a clear message) devices that report less.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import torch
+
+from mamba3.dispatch import DeviceSpec
+
+CHUNKS = (16, 32, 64)
+
+
+@dataclass(frozen=True)
+class SisoProblem:
+    """What the choice depends on: the dtype class and the head dims (never B or T: they never recompile)."""
+
+    dtype: str  # "fp32" | "bf16" | "fp16"
+    dstate: int  # N
+    headdim: int  # P
+    chunk_size: int | None = None  # None: the dispatcher's choice
+
+
+@dataclass(frozen=True)
+class SisoConfig:
+    chunk: int  # C: tokens per chunk
+    bn: int  # N block (dims; bn/2 rotation pairs): bounds smem/registers independently of N
+    bp: int  # P block: bounds the C×P tiles independently of P
+    warps_chunk: int  # chunk_state_kernel and output_kernel
+    warps_bwd: int  # bwd_dv_kernel and bwd_dqk_kernel
+    stages: int  # num_stages for every kernel (1: short loops; required on Blackwell)
+    state_block: int = 256  # elements of the P×N state per state-passing program (more programs in flight)
+
+    def as_dict(self):
+        return asdict(self)
+
+
+# Worst case over kernels, dtypes and CI archs (AOT, N = P = 128), bytes of shared memory (dynamic + static).
+# A device reporting less falls back to a smaller chunk; below the smallest, choose_config raises.
+_SMEM_NEED = {64: 67_584, 32: 51_200, 16: 43_008}
+
+
+def choose_config(spec: DeviceSpec, problem: SisoProblem) -> SisoConfig:
+    bn = min(64, problem.dstate)
+    bp = min(64, problem.headdim)
+    want = problem.chunk_size
+    if want is not None and want not in CHUNKS:
+        raise ValueError(f"SISO Triton kernels support chunk_size 16, 32 or 64, got {want}")
+    order = [want] if want is not None else [64, 32, 16]
+    for chunk in order:
+        if _SMEM_NEED[chunk] <= spec.smem_optin:
+            warps_bwd = 8 if chunk == 64 else 4  # fewer rows: 4 warps already cover the C×bp tiles
+            return SisoConfig(chunk=chunk, bn=bn, bp=bp, warps_chunk=4, warps_bwd=warps_bwd, stages=1)
+    raise RuntimeError(
+        f"no SISO configuration fits {spec.name} (sm_{spec.arch}): shared-memory opt-in limit "
+        f"{spec.smem_optin} B, but chunk {order[-1]} needs about {_SMEM_NEED[order[-1]]} B")
+
+
+def problem_for(q: torch.Tensor, v: torch.Tensor, chunk_size):
+    dt = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}[v.dtype]
+    return SisoProblem(dtype=dt, dstate=q.shape[-1], headdim=v.shape[-1], chunk_size=chunk_size)
+
+
+def describe(spec: DeviceSpec) -> list[dict]:
+    out = []
+    for dt in ("bf16", "fp32"):
+        prob = SisoProblem(dtype=dt, dstate=128, headdim=64)
+        cfg = choose_config(spec, prob)
+        for kern in ("chunk_sums", "chunk_state", "state_passing", "output", "bwd_dv", "bwd_dqk", "angle_bwd"):
+            out.append({"kernel": f"siso.{kern}", "config": cfg.as_dict(), "problem": asdict(prob)})
+    return out
+
+
+def aot_launches(arch: int):
+    from .launches import aot_launches as _impl
+
+    return _impl(arch)

@@ -1,0 +1,268 @@
+"""``siso_triton``: the autograd Function over the SISO Triton kernels (entry point called by ``mamba3_siso``).
+
+Forward: chunk sums → float64 angle offsets → chunk states → state passing → outputs (see ``fwd.py``).
+Backward: recomputes the chunk states (nothing of size P×N per chunk is kept between forward and backward),
+computes the local dS per chunk, passes dS backwards across chunks, then the two per-chunk gradient kernels
+(``bwd.py``) and the angle backward (``common/cumsum.py``). A few O(B·H·T) elementwise steps (ddt, dtrap from
+dγ and dscale) and O(NS·H·P·N) input-state steps run as plain torch ops.
+
+Precision: angles, cumsums, decays and states are fp32 for every input dtype; the output has v's dtype;
+final angle/ssm/k states are fp32, final v has v's dtype. ``precision="ieee"`` (default) gives fp32-exact dots for
+fp32 inputs, ``"tf32"`` is an explicit opt-in. 16-bit inputs use 16-bit dot operands with fp32 accumulation.
+"""
+from __future__ import annotations
+
+import torch
+import triton.language as tl
+
+from mamba3.dispatch import DeviceSpec
+
+from ..common.chunking import make_chunks
+from ..common.launch import launch
+from ..common.cumsum import angle_backward, angle_offsets, chunk_sums
+from ..common.state_passing import state_passing
+from .bwd import bwd_dqk_kernel, bwd_dv_kernel
+from .configs import choose_config, problem_for
+from .fwd import chunk_state_kernel, output_kernel
+
+_TL = {torch.float32: tl.float32, torch.bfloat16: tl.bfloat16, torch.float16: tl.float16}
+# The interpreter has no device: choose as for the smallest opt-in budget any supported GPU has.
+_INTERPRETER_SPEC = DeviceSpec(name="interpreter", arch=0, smem_optin=101_376)
+
+
+_CONFIG_OVERRIDE = None  # tests only: force a SisoConfig (e.g. small bn/bp to exercise multi-block loops)
+_SPEC_OVERRIDE: DeviceSpec | None = None  # set by configs.aot_launches while recording launches for an arch
+
+
+def _spec(x):
+    if _SPEC_OVERRIDE is not None:
+        return _SPEC_OVERRIDE
+    if x.is_cuda:
+        from mamba3.dispatch import device_spec
+
+        return device_spec(x.device)
+    return _INTERPRETER_SPEC
+
+
+def _c(x):
+    return None if x is None else x.contiguous()
+
+
+class _Ctx:
+    """Sizes, strides and config shared by the launches of one call."""
+
+    def __init__(self, q, v, angles, adt, chunk_size, cu_seqlens, precision):
+        B, T, G, N = q.shape
+        H, P = v.shape[2], v.shape[3]
+        self.B, self.T, self.G, self.N, self.H, self.P = B, T, G, N, H, P
+        self.HPG = H // G
+        self.A = angles.shape[-1]
+        self.shared = angles.dim() == 3
+        self.cfg = _CONFIG_OVERRIDE or choose_config(_spec(v), problem_for(q, v, chunk_size))
+        self.chunks = make_chunks(B, T, self.cfg.chunk, cu_seqlens, v.device)
+        self.dot_dt = _TL[v.dtype] if v.dtype != torch.float32 else tl.float32
+        self.prec = "tf32" if precision == "tf32" else "ieee"
+        if N % 2 or N < 16 or (N & (N - 1)) or P < 16 or (P & (P - 1)):
+            raise ValueError(f"SISO Triton kernels need N and P powers of two ≥ 16, got N={N}, P={P}")
+        # tensors are contiguous: batch strides are T × these (derived in the kernels, see fwd.py)
+        self.sq_t = G * N
+        self.sv_t = H * P
+        self.sa_t = self.A if self.shared else H * self.A
+        self.sa_h = 0 if self.shared else self.A
+
+
+def _head_split(hpg: int, most: int = 8) -> int:
+    """How many programs share the heads of one q/k group in bwd_dqk: the largest divisor of H/G that is ≤ 8.
+    Depends on the model only (never on B or T, so nothing recompiles); 1 writes dq/dk directly."""
+    return max(d for d in range(1, min(hpg, most) + 1) if hpg % d == 0)
+
+
+def _s_init(ctx, dt, trap, input_states):
+    """S_init = SSM_in + dt_0(1−λ_0)·V_in K_inᵀ per (sequence, head), fp32, and w0 = dt_0(1−λ_0)."""
+    if input_states is None:
+        return None, None
+    _, ssm_in, k_in, v_in = input_states
+    ch = ctx.chunks
+    dt0 = dt[ch.seq_bidx, :, ch.seq_start_tok].float()  # (NS, H)
+    lam0 = torch.sigmoid(trap[ch.seq_bidx, :, ch.seq_start_tok].float())
+    w0 = dt0 * (1 - lam0)
+    s0 = ssm_in.float() + w0[..., None, None] * v_in.float()[..., :, None] * k_in.float()[..., None, :]
+    return s0.contiguous(), w0
+
+
+def _states(ctx, q, k, v, adt, dt, trap, q_bias, k_bias, angles, input_states):
+    """Forward steps 1–3: θ offsets, and the fp32 state entering every chunk (nchunks, H, P, N)."""
+    ch, cfg = ctx.chunks, ctx.cfg
+    H, N, P, A = ctx.H, ctx.N, ctx.P, ctx.A
+    gsum, asum = chunk_sums(adt, dt, angles, ch, H, A)
+    off, final_angle = angle_offsets(asum, ch, None if input_states is None else input_states[0])
+    st = torch.empty(ch.nchunks, H, P, N, device=v.device, dtype=torch.float32)
+    launch(chunk_state_kernel, (ch.nchunks * H * (N // cfg.bn) * (P // cfg.bp),), 
+        v, v, k, k_bias if k_bias is not None else k, adt, dt, trap, angles, off, st, ch.chunk_table, ctx.T,
+        ctx.sv_t, ctx.sq_t, ctx.sa_t, ctx.sa_h, H, ctx.HPG, A,
+        N=N, P=P, C=cfg.chunk, BN=cfg.bn, BP=cfg.bp, MODE=0, HAS_Z=False, HAS_BIAS=k_bias is not None,
+        DOT_DT=ctx.dot_dt, PREC=ctx.prec, num_warps=cfg.warps_chunk, num_stages=cfg.stages)
+    s0, w0 = _s_init(ctx, dt, trap, input_states)
+    final_ssm = torch.empty(ch.nseq, H, P, N, device=v.device, dtype=torch.float32)
+    state_passing(st, gsum, ch, init=s0, final=final_ssm, block=cfg.state_block)
+    return off, gsum, st, final_angle, final_ssm, w0
+
+
+class SisoTritonFn(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, v, adt, dt, trap, q_bias, k_bias, angles, D, z, ang_in, ssm_in, k_in, v_in,
+                cu_seqlens, chunk_size, precision):
+        tensors = [_c(x) for x in (q, k, v, adt, dt, trap, q_bias, k_bias, angles, D, z)]
+        q, k, v, adt, dt, trap, q_bias, k_bias, angles, D, z = tensors
+        has_states = ssm_in is not None
+        input_states = (_c(ang_in), _c(ssm_in), _c(k_in), _c(v_in)) if has_states else None
+        c = _Ctx(q, v, angles, adt, chunk_size, cu_seqlens, precision)
+        ch, cfg = c.chunks, c.cfg
+        off, gsum, st, final_angle, final_ssm, _ = _states(
+            c, q, k, v, adt, dt, trap, q_bias, k_bias, angles, input_states)
+        out = torch.empty_like(v)
+        launch(output_kernel, (ch.nchunks * c.H * (c.P // cfg.bp),), 
+            q, k, v, z if z is not None else v, out, q_bias if q_bias is not None else q,
+            k_bias if k_bias is not None else k, D if D is not None else v, adt, dt, trap, angles, off, st,
+            ch.chunk_table, c.T, c.sq_t, c.sv_t, c.sa_t, c.sa_h, c.H, c.HPG, c.A,
+            N=c.N, P=c.P, C=cfg.chunk, BN=cfg.bn, BP=cfg.bp, HAS_Z=z is not None, HAS_D=D is not None,
+            HAS_BIAS=q_bias is not None, DOT_DT=c.dot_dt, PREC=c.prec, num_warps=cfg.warps_chunk,
+            num_stages=cfg.stages)
+        ctx.save_for_backward(q, k, v, adt, dt, trap, q_bias, k_bias, angles, D, z,
+                              *(input_states if has_states else (None,) * 4))
+        ctx.meta = (c, has_states)  # sizes, config and chunk tables (no second host sync for varlen)
+        ctx.set_materialize_grads(False)
+        return out, final_angle.to(torch.float32), final_ssm
+
+    @staticmethod
+    def backward(ctx, dout, dfa, dfssm):
+        (q, k, v, adt, dt, trap, q_bias, k_bias, angles, D, z, ang_in, ssm_in, k_in, v_in) = ctx.saved_tensors
+        c, has_states = ctx.meta
+        input_states = (ang_in, ssm_in, k_in, v_in) if has_states else None
+        ch, cfg = c.chunks, c.cfg
+        H, N, P, A, B, T = c.H, c.N, c.P, c.A, c.B, c.T
+        dev = v.device
+        if dout is None:
+            dout = torch.zeros_like(v)
+        dout = dout.contiguous()
+        off, gsum, st, _, _, w0 = _states(c, q, k, v, adt, dt, trap, q_bias, k_bias, angles, input_states)
+        # local dS per chunk, then the reverse state pass (dS arriving at the end of every chunk)
+        dst = torch.empty_like(st)
+        launch(chunk_state_kernel, (ch.nchunks * H * (N // cfg.bn) * (P // cfg.bp),), 
+            dout, z if z is not None else dout, q, q_bias if q_bias is not None else q, adt, dt, trap, angles, off,
+            dst, ch.chunk_table, T, c.sv_t, c.sq_t, c.sa_t, c.sa_h, H, c.HPG, A,
+            N=N, P=P, C=cfg.chunk, BN=cfg.bn, BP=cfg.bp, MODE=1, HAS_Z=z is not None, HAS_BIAS=q_bias is not None,
+            DOT_DT=c.dot_dt, PREC=c.prec, num_warps=cfg.warps_chunk, num_stages=cfg.stages)
+        ds_init = torch.empty(ch.nseq, H, P, N, device=dev, dtype=torch.float32)
+        state_passing(dst, gsum, ch, init=None if dfssm is None else dfssm.float().contiguous(), final=ds_init,
+                      reverse=True, block=cfg.state_block)
+        # per-chunk gradients
+        dv = torch.empty_like(v)
+        dz = torch.empty_like(z) if z is not None else None
+        npb = P // cfg.bp
+        ddp = torch.empty(npb, ch.nchunks, H, device=dev, dtype=torch.float32)
+        dgam = torch.empty(npb, B, H, T, device=dev, dtype=torch.float32)  # every token is written
+        dadt = torch.empty(npb, B, H, T, device=dev, dtype=torch.float32)
+        launch(bwd_dv_kernel, (ch.nchunks * H * npb,), 
+            q, k, v, z if z is not None else v, dout, dv, dz if dz is not None else dv,
+            q_bias if q_bias is not None else q, k_bias if k_bias is not None else k, D if D is not None else v,
+            adt, dt, trap, angles, off, st, dst, ddp, dgam, dadt,
+            ch.chunk_table, T, B, ddp.stride(0), c.sq_t, c.sv_t, c.sa_t, c.sa_h, H, c.HPG, A,
+            N=N, P=P, C=cfg.chunk, BN=cfg.bn, BP=cfg.bp, HAS_Z=z is not None, HAS_D=D is not None,
+            HAS_BIAS=q_bias is not None, DOT_DT=c.dot_dt, PREC=c.prec,
+            num_warps=cfg.warps_bwd, num_stages=cfg.stages)
+        nbk = N // cfg.bn
+        hs = _head_split(c.HPG)
+        if hs == 1:
+            dq, dk = torch.empty_like(q), torch.empty_like(k)
+        else:
+            dq = torch.empty((hs,) + tuple(q.shape), device=dev, dtype=torch.float32)
+            dk = torch.empty_like(dq)
+        dsc = torch.empty(nbk, B, H, T, device=dev, dtype=torch.float32)
+        has_bias = q_bias is not None
+        dbq = torch.empty(ch.nchunks, H, N, device=dev, dtype=torch.float32) if has_bias else dsc
+        dbk = torch.empty(ch.nchunks, H, N, device=dev, dtype=torch.float32) if has_bias else dsc
+        R = torch.empty(B, T, H, max(A, 1), device=dev, dtype=torch.float32)  # every (token, angle) is written
+        launch(bwd_dqk_kernel, (ch.nchunks * c.G * hs * nbk,), 
+            q, k, v, z if z is not None else v, dout, dq, dk, q_bias if has_bias else q, k_bias if has_bias else k,
+            adt, dt, trap, angles, off, st, dst, dsc, dbq, dbk, R,
+            ch.chunk_table, T, B, c.sq_t, c.sv_t, c.sa_t, c.sa_h, H, c.HPG, hs, A,
+            N=N, P=P, C=cfg.chunk, BN=cfg.bn, BP=cfg.bp, HAS_Z=z is not None, HAS_BIAS=has_bias,
+            DOT_DT=c.dot_dt, PREC=c.prec, num_warps=cfg.warps_bwd, num_stages=cfg.stages)
+        del st, dst
+        if hs > 1:
+            dq, dk = dq.sum(0).to(q.dtype), dk.sum(0).to(k.dtype)
+        # angle path (adds the cross-chunk part of dθ)
+        if A > 0:
+            dang, ddt_ang, dang_in = angle_backward(R[..., :A], dfa, angles, dt, ch, H, A)
+        else:
+            dang, ddt_ang, dang_in = torch.zeros_like(angles, dtype=torch.float32), 0.0, None
+        # trapezoid coefficients: γ_t = λ_t dt_t, scale_{t-1} ∋ (1-λ_t) dt_t
+        dscale = dsc.sum(0)
+        dgam = dgam.sum(0)
+        dadt = dadt.sum(0)
+        dprev = torch.zeros_like(dscale)
+        dprev[:, :, 1:] = dscale[:, :, :-1]
+        grads_states = (None,) * 4
+        if has_states:
+            dssm_in = ds_init
+            vi, ki = v_in.float(), k_in.float()
+            dk_in = w0[..., None] * torch.einsum("shpn,shp->shn", ds_init, vi)
+            dv_in = w0[..., None] * torch.einsum("shpn,shn->shp", ds_init, ki)
+            dw0 = torch.einsum("shpn,shp,shn->sh", ds_init, vi, ki)
+            dprev[ch.seq_bidx, :, ch.seq_start_tok] = dw0
+            grads_states = (None if dang_in is None else dang_in.to(ang_in.dtype), dssm_in.to(ssm_in.dtype),
+                            dk_in.to(k_in.dtype), dv_in.to(v_in.dtype))
+        else:
+            dprev[ch.seq_bidx, :, ch.seq_start_tok] = 0.0
+        lam = torch.sigmoid(trap.float())
+        dtf = dt.float()
+        dgt = dgam + dscale
+        ddt = dgt * lam + dprev * (1 - lam) + ddt_ang
+        dtrap = (dgt - dprev) * dtf * lam * (1 - lam)
+        dD = ddp.sum((0, 1)).to(D.dtype) if D is not None else None
+        dqb = dbq.sum(0).to(q_bias.dtype) if has_bias else None
+        dkb = dbk.sum(0).to(k_bias.dtype) if has_bias else None
+        if has_states and grads_states[0] is None:
+            grads_states = (torch.zeros_like(ang_in),) + grads_states[1:]
+        return (dq, dk, dv, dadt.to(adt.dtype), ddt.to(dt.dtype), dtrap.to(trap.dtype), dqb, dkb,
+                dang.to(angles.dtype), dD, dz, *grads_states, None, None, None)
+
+
+def siso_triton(q, k, v, adt, dt, trap, q_bias, k_bias, angles, D, z, input_states, chunk_size, cu_seqlens,
+                precision):
+    """SISO Mamba-3 on the Triton kernels. Returns (out, (angle, ssm, k, v) final states); see ARCHITECTURE.md."""
+    if v.dtype == torch.float64 or q.dtype == torch.float64:
+        raise TypeError("the SISO Triton kernels compute in fp32; use backend='reference' for float64 inputs")
+    if (q_bias is None) != (k_bias is None):  # the kernels take both biases or none: a missing one is zeros
+        ref = k_bias if q_bias is None else q_bias
+        zeros = torch.zeros_like(ref)
+        q_bias = zeros if q_bias is None else q_bias
+        k_bias = zeros if k_bias is None else k_bias
+    ins = input_states if input_states is not None else (None, None, None, None)
+    out, fa, fs = SisoTritonFn.apply(q, k, v, adt, dt, trap, q_bias, k_bias, angles, D, z, *ins,
+                                     cu_seqlens, chunk_size, precision)
+    # final k̃ and v: O(NS·H·N) torch ops on the last token of every sequence (autograd routes their gradients,
+    # the angle part into the final angle state's gradient, which the Function handles)
+    if cu_seqlens is None:
+        last = (slice(None), -1)
+    else:
+        last = (0, cu_seqlens[1:].long() - 1)
+    fv = v[last]
+    kl = k[last].repeat_interleave(v.shape[2] // k.shape[2], dim=1).float()
+    if k_bias is not None:
+        kl = kl + k_bias.float()
+    fk = _rotate_pairs(kl, fa)
+    return out, (fa, fs, fk, fv)
+
+
+def _rotate_pairs(x, theta):
+    """Rotate adjacent pairs (x[2i], x[2i+1]) of x (…, N) by θ (…, A); dims ≥ 2A pass through."""
+    A = theta.shape[-1]
+    if A == 0:
+        return x
+    pairs = x[..., : 2 * A].unflatten(-1, (A, 2))
+    xe, xo = pairs[..., 0], pairs[..., 1]
+    c, s = torch.cos(theta), torch.sin(theta)
+    rot = torch.stack((xe * c - xo * s, xe * s + xo * c), -1).flatten(-2)
+    return torch.cat((rot, x[..., 2 * A:]), -1)

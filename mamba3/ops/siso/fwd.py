@@ -1,0 +1,164 @@
+"""SISO forward: host launcher and the two per-chunk kernels.
+
+Pipeline (all chunk-parallel except the light state pass; see ``mamba3/ops/common``):
+
+1. ``chunk_sums``      (common) per (chunk, head): Σ adt and Σ π·tanh(φ)·dt.  Host: float64 prefix of the wrapped
+                       angle sums → θ offset per chunk (fp32 in [0, 2π)), final angle state.
+2. ``chunk_state_kernel`` (MODE=0) per (chunk, head, N-block, P-block): local state Σ_j e^{cs_L−cs_j}·scale_j·v_j k̃_jᵀ
+                       written into the fp32 state buffer (nchunks, H, P, N).
+3. ``state_passing``   (common) per (sequence, head, slab): in place, the buffer becomes the state entering each
+                       chunk; the input state S_init = SSM_in + dt_0(1−λ_0)·V_in K_inᵀ enters, the final state leaves.
+4. ``output_kernel``   per (chunk, head): y_i = e^{cs_i}·S q̃_i + Σ_{j<i} e^{cs_i−cs_j}·scale_j·(q̃_i·k̃_j)·v_j
+                       + (D + γ_i·q̂_i·k̂_i)·v_i, out = y ⊙ silu(z).
+
+The same ``chunk_state_kernel`` with MODE=1 computes the backward's local dS (Σ_i e^{cs_i}·dy_i q̃_iᵀ).
+
+Rotation: a C×BN tile of q or k is loaded contiguously and split into even/odd C×BN/2 halves in registers
+(``load_pairs``), rotated in fp32 and re-interleaved (``join_pairs``) into the C×BN dot operand, so N = 16 still
+gives 16-wide dot reductions. The fp32 path (FMA dots) keeps the halves as separate dot operands instead: Triton 3.6
+rejects re-interleaved/transposed FMA-dot operands on Blackwell ("Illegal shared layout"), found by the AOT lane.
+Angles, cumsums, decays and states are fp32 throughout; for 16-bit inputs the dot operands are cast to the
+input dtype (fp32 accumulation), for fp32 inputs the dots run with ``input_precision`` (IEEE by default).
+"""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from ..common.tiles import add_bias_pairs, chunk_scalars, join_pairs, load_pairs, rotation_tile
+
+
+@triton.jit(do_not_specialize=["T"])
+def chunk_state_kernel(x_ptr, z_ptr, k_ptr, kb_ptr, adt_ptr, dt_ptr, trap_ptr, ang_ptr, off_ptr, st_ptr,
+                       table_ptr, T, sx_t, sk_t, sa_t, sa_h, H, HPG, A,
+                       N: tl.constexpr, P: tl.constexpr, C: tl.constexpr, BN: tl.constexpr, BP: tl.constexpr,
+                       MODE: tl.constexpr, HAS_Z: tl.constexpr, HAS_BIAS: tl.constexpr,
+                       DOT_DT: tl.constexpr, PREC: tl.constexpr):
+    # batch strides derived from T (do_not_specialize) × a per-model stride: divisibility stays provable
+    sx_b = T * sx_t
+    sk_b = T * sk_t
+    s_h = T
+    s_b = H * T
+    sa_b = T * sa_t
+    # 1-D grid, chunk-major, then head, then (N block, P block) fastest: concurrent CTAs read neighbouring parts
+    # of the same DRAM rows of v and k ((B, T, H, P) rows are H·P wide)
+    pid = tl.program_id(0).to(tl.int64)
+    j = pid % ((N // BN) * (P // BP))
+    nb = j // (P // BP)
+    pb = j % (P // BP)
+    c = pid // ((N // BN) * (P // BP)) // H
+    h = pid // ((N // BN) * (P // BP)) % H
+    bidx = tl.load(table_ptr + c * 5 + 0).to(tl.int64)
+    t0 = tl.load(table_ptr + c * 5 + 1).to(tl.int64)
+    L = tl.load(table_ptr + c * 5 + 2)
+    t_end = tl.load(table_ptr + c * 5 + 4).to(tl.int64)
+    g = h // HPG
+    i, m, a, dt, lam, gamma, scale, cs = chunk_scalars(adt_ptr, dt_ptr, trap_ptr, bidx * s_b + h * s_h, t0, L,
+                                                       t_end, C)
+    t = t0 + i
+    p = pb * BP + tl.arange(0, BP)
+    xrow = bidx * sx_b + t * sx_t + h * P
+    if MODE == 0:
+        w = tl.exp(tl.sum(a, 0) - cs) * scale
+    else:
+        w = tl.exp(cs)
+    if DOT_DT != tl.float32:
+        x = tl.load(x_ptr + xrow[:, None] + p[None, :], mask=m[:, None], other=0.0).to(tl.float32)  # [C, BP]
+        if MODE == 1:
+            if HAS_Z:
+                zz = tl.load(z_ptr + xrow[:, None] + p[None, :], mask=m[:, None], other=0.0).to(tl.float32)
+                x = x * zz * tl.sigmoid(zz)
+    w = tl.where(m, w, 0.0)
+    BH: tl.constexpr = BN // 2
+    pa = nb * BH + tl.arange(0, BH)
+    krow = bidx * sk_b + t * sk_t + g * N
+    ke, ko = load_pairs(k_ptr, krow, m, nb * BN, C, BN)
+    if HAS_BIAS:
+        ke, ko = add_bias_pairs(ke, ko, kb_ptr + h * N, nb * BN, BN)
+    si, co = rotation_tile(ang_ptr, bidx * sa_b + t * sa_t + h * sa_h, m, dt, off_ptr + (c * H + h) * A, pa, A, C, BH)
+    kre = ke * co - ko * si
+    kro = ke * si + ko * co
+    if DOT_DT == tl.float32:
+        # fp32 (FMA dot): a transposed register operand crashes Triton 3.6 on Blackwell ("Illegal shared
+        # layout"), so the A operand is loaded transposed from memory instead.
+        xt = tl.load(x_ptr + xrow[None, :] + p[:, None], mask=m[None, :], other=0.0).to(tl.float32)  # [BP, C]
+        if MODE == 1:
+            if HAS_Z:
+                zt = tl.load(z_ptr + xrow[None, :] + p[:, None], mask=m[None, :], other=0.0).to(tl.float32)
+                xt = xt * zt * tl.sigmoid(zt)
+        xw = xt * w[None, :]
+        # and a re-interleaved (joined) B operand is illegal there too: one dot per half, strided stores
+        s_e = tl.dot(xw, kre, input_precision=PREC)  # [BP, BN/2]
+        s_o = tl.dot(xw, kro, input_precision=PREC)
+        ne = nb * BN + 2 * tl.arange(0, BH)
+        sp = st_ptr + (c * H + h) * P * N + p[:, None] * N + ne[None, :]
+        tl.store(sp, s_e)
+        tl.store(sp + 1, s_o)
+    else:
+        xw = tl.trans(x * w[:, None]).to(DOT_DT)  # [BP, C]
+        kr = join_pairs(kre, kro, C, BN)  # [C, BN]
+        s_loc = tl.dot(xw, kr.to(DOT_DT), input_precision=PREC)  # [BP, BN]
+        n = nb * BN + tl.arange(0, BN)
+        tl.store(st_ptr + (c * H + h) * P * N + p[:, None] * N + n[None, :], s_loc)
+
+
+@triton.jit(do_not_specialize=["T"])
+def output_kernel(q_ptr, k_ptr, v_ptr, z_ptr, o_ptr, qb_ptr, kb_ptr, d_ptr, adt_ptr, dt_ptr, trap_ptr, ang_ptr,
+                  off_ptr, st_ptr, table_ptr, T, sq_t, sv_t, sa_t, sa_h, H, HPG, A,
+                  N: tl.constexpr, P: tl.constexpr, C: tl.constexpr, BN: tl.constexpr, BP: tl.constexpr,
+                  HAS_Z: tl.constexpr, HAS_D: tl.constexpr, HAS_BIAS: tl.constexpr,
+                  DOT_DT: tl.constexpr, PREC: tl.constexpr):
+    sq_b = T * sq_t
+    sv_b = T * sv_t
+    s_h = T
+    s_b = H * T
+    sa_b = T * sa_t
+    pid = tl.program_id(0).to(tl.int64)  # 1-D grid: chunk, head, P block (fastest)
+    pb = pid % (P // BP)
+    c = pid // (P // BP) // H
+    h = pid // (P // BP) % H
+    bidx = tl.load(table_ptr + c * 5 + 0).to(tl.int64)
+    t0 = tl.load(table_ptr + c * 5 + 1).to(tl.int64)
+    L = tl.load(table_ptr + c * 5 + 2)
+    t_end = tl.load(table_ptr + c * 5 + 4).to(tl.int64)
+    g = h // HPG
+    i, m, a, dt, lam, gamma, scale, cs = chunk_scalars(adt_ptr, dt_ptr, trap_ptr, bidx * s_b + h * s_h, t0, L,
+                                                       t_end, C)
+    t = t0 + i
+    p = pb * BP + tl.arange(0, BP)
+    BH: tl.constexpr = BN // 2
+    qrow = bidx * sq_b + t * sq_t + g * N
+    arow = bidx * sa_b + t * sa_t + h * sa_h
+    acc_qk = tl.zeros([C, C], dtype=tl.float32)
+    acc_qs = tl.zeros([C, BP], dtype=tl.float32)
+    qk = tl.zeros([C], dtype=tl.float32)
+    for nb in range(N // BN):
+        pa = nb * BH + tl.arange(0, BH)
+        qe, qo = load_pairs(q_ptr, qrow, m, nb * BN, C, BN)
+        ke, ko = load_pairs(k_ptr, qrow, m, nb * BN, C, BN)
+        if HAS_BIAS:
+            qe, qo = add_bias_pairs(qe, qo, qb_ptr + h * N, nb * BN, BN)
+            ke, ko = add_bias_pairs(ke, ko, kb_ptr + h * N, nb * BN, BN)
+        qk += tl.sum(qe * ke + qo * ko, 1)
+        si, co = rotation_tile(ang_ptr, arow, m, dt, off_ptr + (c * H + h) * A, pa, A, C, BH)
+        qr = join_pairs(qe * co - qo * si, qe * si + qo * co, C, BN).to(DOT_DT)
+        kk = (join_pairs(ke * co - ko * si, ke * si + ko * co, C, BN) * scale[:, None]).to(DOT_DT)
+        n = nb * BN + tl.arange(0, BN)
+        s = tl.load(st_ptr + (c * H + h) * P * N + p[:, None] * N + n[None, :]).to(DOT_DT)  # [BP, BN]
+        acc_qk += tl.dot(qr, tl.trans(kk), input_precision=PREC)
+        acc_qs += tl.dot(qr, tl.trans(s), input_precision=PREC)
+    vrow = bidx * sv_b + t * sv_t + h * P
+    v = tl.load(v_ptr + vrow[:, None] + p[None, :], mask=m[:, None], other=0.0)
+    diff = cs[:, None] - cs[None, :]
+    causal = i[None, :] < i[:, None]
+    mm = tl.where(causal, tl.exp(tl.minimum(diff, 0.0)), 0.0) * acc_qk
+    y = tl.exp(cs)[:, None] * acc_qs + tl.dot(mm.to(DOT_DT), v.to(DOT_DT), input_precision=PREC)
+    diag = gamma * qk
+    if HAS_D:
+        diag += tl.load(d_ptr + h).to(tl.float32)
+    y += diag[:, None] * v.to(tl.float32)
+    if HAS_Z:
+        zz = tl.load(z_ptr + vrow[:, None] + p[None, :], mask=m[:, None], other=0.0).to(tl.float32)
+        y = y * zz * tl.sigmoid(zz)
+    tl.store(o_ptr + vrow[:, None] + p[None, :], y.to(o_ptr.dtype.element_ty), mask=m[:, None])

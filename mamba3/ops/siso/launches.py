@@ -1,0 +1,73 @@
+"""The AOT lane's view of SISO: every kernel launch the dispatcher can make on an architecture.
+
+We run the real host code (forward and backward, every optional input present so every kernel and flag
+appears) on small CPU tensors with launches *recorded* instead of run (``common.launch.recording``) and with the
+device spec replaced by the architecture's. So the AOT lane compiles exactly what a user's GPU would, with the
+same constexprs, warps, stages and argument specialisation.
+
+Problem classes compiled per arch (13 compiles): N = P = 128 at the dispatcher's chunk, for bf16 (fp16 has the same
+footprint) and fp32. Why this bounds every shape: no tile grows with N or P (the kernels loop or grid over blocks of
+bn ≤ 64 and bp ≤ 64), N = P = 128 already selects the largest blocks, and every tile is C×bn, C×bp, bp×bn or C×C, so
+an explicit smaller chunk (16, 32) needs less shared memory than the dispatcher's 64. The three light kernels
+(chunk sums, state passing, angle backward) have tiny dtype-independent tiles and are compiled once.
+"""
+from __future__ import annotations
+
+import torch
+
+from mamba3.dispatch import arch_spec
+from mamba3.testing.aot import KernelLaunch
+
+from ..common.launch import recording
+from . import function as F
+
+
+def _problem_classes():
+    yield torch.bfloat16, None
+    yield torch.float32, None
+
+
+_LIGHT = ("chunk_sums_kernel", "state_passing_kernel", "angle_bwd_kernel")
+
+
+def _record(spec, dtype, chunk):
+    from mamba3.testing.inputs import siso_inputs
+
+    args = siso_inputs(bsz=2, seqlen=256, nheads=2, ngroups=1, dstate=128, headdim=128, nangles=32, dtype=dtype,
+                       states=True, with_D=True, with_z=True)
+    leaves = []
+    for name in ("q", "k", "v", "adt", "dt", "trap", "q_bias", "k_bias", "angles", "D", "z"):
+        args[name].requires_grad_(True)
+        leaves.append(args[name])
+    states = tuple(s.detach().requires_grad_(True) for s in args["input_states"])
+    prev = F._SPEC_OVERRIDE
+    F._SPEC_OVERRIDE = spec
+    try:
+        with recording() as rec:
+            out, fs = F.siso_triton(args["q"], args["k"], args["v"], args["adt"], args["dt"], args["trap"],
+                                    args["q_bias"], args["k_bias"], args["angles"], args["D"], args["z"], states,
+                                    chunk, None, "ieee")
+            loss = out.float().sum() + sum(x.float().sum() for x in fs)
+            loss.backward()
+    finally:
+        F._SPEC_OVERRIDE = prev
+    return rec
+
+
+def aot_launches(arch: int) -> list[KernelLaunch]:
+    spec = arch_spec(arch)
+    out, seen = [], set()
+    for dtype, chunk in _problem_classes():
+        for kernel, grid, args, meta in _record(spec, dtype, chunk):
+            sig = tuple(str(a.dtype) if isinstance(a, torch.Tensor) else type(a).__name__ for a in args)
+            key = (kernel.fn.__name__, tuple(sorted((k, str(v)) for k, v in meta.items())), sig)
+            if kernel.fn.__name__ in _LIGHT:
+                key = kernel.fn.__name__
+            if key in seen:
+                continue
+            seen.add(key)
+            short = {k: v for k, v in meta.items() if k in ("C", "BN", "BP", "MODE", "num_warps", "num_stages", "BLOCK")}
+            tag = "-".join(f"{k}{v}" for k, v in short.items())
+            name = f"{kernel.fn.__name__}-{str(dtype).replace('torch.', '')}-{tag}"
+            out.append(KernelLaunch(name=name, kernel=kernel, args=tuple(args), meta=dict(meta)))
+    return out

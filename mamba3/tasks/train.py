@@ -1,0 +1,535 @@
+"""Training, evaluation, the CPU demo and the GPU sweep for the state-tracking tasks (docs/state_tracking.md).
+
+    python -m mamba3 train parity [--model mamba3|norope|fixedrope|mimo] [--d-model 32] [--layers 1] [--lr 1e-3]
+                                  [--steps N] [--batch 256] [--seed 0] [--device auto|cpu|cuda] [--out DIR]
+    python -m mamba3 train arith | arith_brackets ...        (3 layers by default)
+    python -m mamba3 train demo [--out DIR]                   (CPU: Mamba-3 vs its no-rotation ablation, parity)
+    python -m mamba3 train sweep parity [--models mamba3,norope] [--d-models 32,64] [--lrs 8] [--jobs 16] ...
+    python -m mamba3 train summarize DIR                      (the results table of a sweep directory)
+
+(also ``python -m mamba3.tasks ...``). :func:`main` is the single entry point; it accepts its arguments with or
+without a leading ``train``.
+
+Protocol (the paper's App. D where it says something, our choice where it is silent): length curriculum with the
+minimum length 3 and the maximum growing in equal stages from 40 to 160 (``--max-len 40:160``, ``--stages``);
+every row's length uniform in [min, max]; batch 256; AdamW (β = 0.9, 0.95; weight decay 0.1 on matrices only),
+linear warm-up then cosine decay to 10 % of the peak learning rate, gradient clipping at 1.0; validation every
+``--eval-every`` steps at length 256 on a fixed set, the best-validation checkpoint kept; at the end the best
+checkpoint is tested on fresh sets at several lengths. Scaled accuracy = (acc − chance) / (1 − chance).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from . import data
+from .models import VARIANTS, TaskModel, param_groups
+
+VAL_SEED, TEST_SEED = 10_000, 20_000
+DEFAULT_LAYERS = {"parity": 1, "arith": 3, "arith_brackets": 3}
+
+
+# ------------------------------------------------------------------------------------------------ utilities
+def versions() -> dict:
+    try:
+        import triton
+        tv = triton.__version__
+    except ImportError:
+        tv = None
+    try:
+        from mamba3 import __version__ as mv
+    except ImportError:
+        mv = None
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                                cwd=Path(__file__).resolve().parent, timeout=5).stdout.strip() or None
+    except Exception:
+        commit = None
+    return {"mamba3": mv, "git": commit, "torch": torch.__version__, "triton": tv,
+            "python": platform.python_version()}
+
+
+def machine(device: torch.device) -> dict:
+    info = {"platform": platform.platform(), "cpu": platform.processor() or platform.machine(),
+            "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(), "device": str(device)}
+    if device.type == "cuda":
+        info["gpu"] = torch.cuda.get_device_name(device)
+    return info
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+def parse_range(text: str) -> tuple[int, int]:
+    """'40:160' → (40, 160); '64' → (64, 64)."""
+    a, _, b = text.partition(":")
+    return int(a), int(b or a)
+
+
+def curriculum_max(step: int, steps: int, start: int, end: int, stages: int) -> int:
+    """The maximum training length at ``step``: ``stages`` equal stages from ``start`` to ``end``."""
+    if stages <= 1 or start == end:
+        return end
+    stage = min(step * stages // max(steps, 1), stages - 1)
+    return int(round(start + (end - start) * stage / (stages - 1)))
+
+
+def lr_at(step: int, steps: int, peak: float, warmup: int, final_frac: float = 0.1) -> float:
+    if step < warmup:
+        return peak * (step + 1) / warmup
+    t = (step - warmup) / max(steps - warmup, 1)
+    return peak * (final_frac + (1 - final_frac) * 0.5 * (1 + math.cos(math.pi * min(t, 1.0))))
+
+
+class Progress:
+    """A plain-text progress bar on stderr: redrawn in place on a terminal, one line every ~5 % otherwise."""
+
+    def __init__(self, total: int, label: str = "", enabled: bool = True, stream=None):
+        self.total, self.label, self.enabled = total, label, enabled
+        self.stream = stream or sys.stderr
+        self.tty = hasattr(self.stream, "isatty") and self.stream.isatty()
+        self.t0 = time.time()
+        self.last_line = -1
+
+    def update(self, done: int, info: str = ""):
+        if not self.enabled:
+            return
+        frac = done / max(self.total, 1)
+        bucket = int(frac * 20)
+        if not self.tty and bucket == self.last_line and done != self.total:
+            return
+        self.last_line = bucket
+        el = time.time() - self.t0
+        eta = el / done * (self.total - done) if done else 0.0
+        bar = "#" * bucket + "." * (20 - bucket)
+        line = (f"{self.label} [{bar}] {done}/{self.total} {info} "
+                f"{el:.0f}s elapsed, eta {eta:.0f}s")
+        if self.tty:
+            self.stream.write("\r" + line[:160].ljust(160))
+            if done == self.total:
+                self.stream.write("\n")
+        else:
+            self.stream.write(line + "\n")
+        self.stream.flush()
+
+
+@torch.no_grad()
+def evaluate(model, batch: data.Batch, device, eval_batch: int = 256) -> tuple[float, float]:
+    """(accuracy, mean cross-entropy) of ``model`` on ``batch`` (evaluated in slices of eval_batch rows)."""
+    was = model.training
+    model.eval()
+    correct, loss, n = 0, 0.0, batch.target.numel()
+    for i in range(0, n, eval_batch):
+        sl = slice(i, i + eval_batch)
+        tokens = batch.tokens[sl].to(device)
+        T = int(batch.query[sl].max()) + 1
+        logits = model(tokens[:, :T], batch.query[sl].to(device)).float()
+        tgt = batch.target[sl].to(device)
+        correct += int((logits.argmax(-1) == tgt).sum())
+        loss += float(F.cross_entropy(logits, tgt, reduction="sum"))
+    model.train(was)
+    return correct / n, loss / n
+
+
+# ------------------------------------------------------------------------------------------------ one run
+class CurriculumBatches(torch.utils.data.IterableDataset):
+    """The training batches of a run, step by step (batch ``step`` is drawn from its own generator, seeded by
+    (seed, step), so the data do not depend on ``--workers``)."""
+
+    def __init__(self, args, start: int, end: int):
+        self.args, self.start, self.end = args, start, end
+
+    def __iter__(self):
+        a = self.args
+        for step in range(a.steps):
+            max_len = curriculum_max(step, a.steps, self.start, self.end, a.stages)
+            g = torch.Generator().manual_seed((a.seed + 1) * 1_000_003 + step)
+            yield data.sample_batch(a.task, a.batch, a.min_len, max_len, g, a.mult), max_len
+
+
+def _batches(args, start: int, end: int):
+    ds = CurriculumBatches(args, start, end)
+    if not args.workers:
+        return iter(ds)
+    return iter(torch.utils.data.DataLoader(ds, batch_size=None, num_workers=1, prefetch_factor=8,
+                                            persistent_workers=False))
+
+
+def build_model(args, task: str) -> TaskModel:
+    return TaskModel(data.VOCAB_SIZE, data.NUM_CLASSES[task], variant=args.model, d_model=args.d_model,
+                     n_layers=args.layers, d_state=args.d_state, expand=args.expand, headdim=args.headdim,
+                     mlp_ratio=args.mlp_ratio, rope_fraction=args.rope_fraction, mimo_rank=args.mimo_rank,
+                     dt_min=args.dt_min, dt_max=args.dt_max)
+
+
+def load_checkpoint(path, map_location="cpu") -> TaskModel:
+    """The model stored in a checkpoint written by :func:`train_run`."""
+    ck = torch.load(path, map_location=map_location, weights_only=True)
+    model = TaskModel(**ck["config"])
+    model.load_state_dict(ck["model"])
+    return model
+
+
+def train_run(args) -> dict:
+    """Train one model as configured by ``args`` (the ``train`` parser's namespace); write checkpoints,
+    results.json and (if matplotlib is installed) accuracy_vs_length.png under args.out; return the results."""
+    task = args.task
+    device = resolve_device(args.device)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    torch.manual_seed(args.seed)
+    model = build_model(args, task).to(device)
+    nparams = sum(p.numel() for p in model.parameters())
+    opt = torch.optim.AdamW(param_groups(model, args.weight_decay), lr=args.lr, betas=(0.9, 0.95),
+                            eps=1e-8)
+    start, end = parse_range(args.max_len)
+    warmup = args.warmup if args.warmup is not None else max(1, min(500, args.steps // 20))
+    eval_every = args.eval_every or max(1, args.steps // 20)
+    val = data.fixed_set(task, args.n_val, args.eval_len, VAL_SEED, args.mult)
+    history, best = [], {"val_acc": -1.0, "val_loss": float("inf"), "step": 0}
+    ckpt_best, ckpt_last = out / "checkpoint_best.pt", out / "checkpoint_last.pt"
+
+    def save(path, step):
+        torch.save({"model": model.state_dict(), "config": model.config, "step": step, "task": task,
+                    "args": vars(args)}, path)
+
+    label = f"{task}/{args.model} d{args.d_model} lr{args.lr:.2e}"
+    bar = Progress(args.steps, label, enabled=not args.quiet)
+    t0 = time.time()
+    run_loss = run_acc = None
+    model.train()
+    batches = _batches(args, start, end)
+    for step in range(args.steps):
+        batch, max_len = next(batches)
+        batch = batch.to(device)
+        for group in opt.param_groups:
+            group["lr"] = lr_at(step, args.steps, args.lr, warmup)
+        logits = model(batch.tokens, batch.query).float()
+        loss = F.cross_entropy(logits, batch.target)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        gnorm = torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip)
+        opt.step()
+        li, ai = float(loss.detach()), float((logits.detach().argmax(-1) == batch.target).float().mean())
+        run_loss = li if run_loss is None else 0.9 * run_loss + 0.1 * li
+        run_acc = ai if run_acc is None else 0.9 * run_acc + 0.1 * ai
+        done = step + 1
+        if done % eval_every == 0 or done == args.steps:
+            va, vl = evaluate(model, val, device, args.eval_batch)
+            rec = {"step": done, "max_len": max_len, "lr": opt.param_groups[0]["lr"], "train_loss": run_loss,
+                   "train_acc": run_acc, "grad_norm": float(gnorm), "val_acc": va, "val_loss": vl,
+                   "val_scaled": data.scaled_accuracy(va, task), "time_s": time.time() - t0}
+            history.append(rec)
+            if (va, -vl) > (best["val_acc"], -best["val_loss"]) and math.isfinite(vl):
+                best = {"val_acc": va, "val_loss": vl, "step": done}
+                save(ckpt_best, done)
+        bar.update(done, f"len<={max_len} loss {run_loss:.3f} acc {run_acc:.2f}"
+                         + (f" val@{args.eval_len} {history[-1]['val_acc']:.3f}" if history else ""))
+    train_time = time.time() - t0
+    save(ckpt_last, args.steps)
+    if ckpt_best.exists():
+        model.load_state_dict(torch.load(ckpt_best, map_location=device, weights_only=True)["model"])
+    test = {}
+    for i, L in enumerate(sorted(set(args.test_lens + [args.eval_len]))):
+        ts = data.fixed_set(task, args.n_test, L, TEST_SEED + i, args.mult)
+        acc, tl = evaluate(model, ts, device, args.eval_batch)
+        test[str(L)] = {"length": data.effective_length(task, L), "acc": acc, "loss": tl,
+                        "scaled": data.scaled_accuracy(acc, task)}
+    res = {
+        "task": task, "model": args.model, "d_model": args.d_model, "layers": args.layers, "lr": args.lr,
+        "seed": args.seed, "steps": args.steps, "batch": args.batch, "params": nparams,
+        "eval_len": args.eval_len, "chance": data.chance(task),
+        "best_step": best["step"], "best_val_acc": best["val_acc"],
+        "best_val_scaled": data.scaled_accuracy(best["val_acc"], task),
+        "test_scaled_at_eval_len": test[str(args.eval_len)]["scaled"],
+        "test": test, "history": history, "train_time_s": train_time, "wall_time_s": time.time() - t0,
+        "args": vars(args), "model_config": model.config, "versions": versions(), "machine": machine(device),
+        "command": " ".join(["python -m mamba3 train", task] + getattr(args, "_argv", [])),
+    }
+    (out / "results.json").write_text(json.dumps(res, indent=1))
+    plot_runs([res], out / "accuracy_vs_length.png", f"{task}: scaled accuracy vs evaluation length")
+    return res
+
+
+def plot_runs(results: list[dict], path, title: str) -> bool:
+    """Scaled test accuracy against evaluation length, one line per run; False if matplotlib is missing."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for r in results:
+        pts = sorted((v["length"], 100 * v["scaled"]) for v in r["test"].values())
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o",
+                label=f"{r['model']} (d{r['d_model']}, lr {r['lr']:.1e})")
+    train_max = max(parse_range(r["args"]["max_len"])[1] for r in results)
+    ax.axvline(train_max, color="gray", ls="--", lw=1, label=f"longest training length ({train_max})")
+    ax.set_xlabel("evaluation length")
+    ax.set_ylabel("scaled accuracy (%)")
+    ax.set_ylim(-10, 105)
+    ax.set_title(title)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return True
+
+
+# ------------------------------------------------------------------------------------------------ CLI
+def add_train_args(p: argparse.ArgumentParser, task_default_layers: bool = True):
+    p.add_argument("--model", default="mamba3", choices=VARIANTS, help="model variant (default mamba3)")
+    p.add_argument("--d-model", type=int, default=32)
+    p.add_argument("--layers", type=int, default=None, help="default: 1 for parity, 3 for arithmetic")
+    p.add_argument("--d-state", type=int, default=64)
+    p.add_argument("--expand", type=int, default=2)
+    p.add_argument("--headdim", type=int, default=16)
+    p.add_argument("--mlp-ratio", type=float, default=2.0, help="SwiGLU width / d_model after each block; 0: none")
+    p.add_argument("--rope-fraction", type=float, default=0.5, choices=(0.5, 1.0))
+    p.add_argument("--mimo-rank", type=int, default=4)
+    p.add_argument("--dt-min", type=float, default=0.001, help="Δ initialisation range (Mamba3 dt_min)")
+    p.add_argument("--dt-max", type=float, default=0.1, help="Δ initialisation range (Mamba3 dt_max)")
+    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--weight-decay", type=float, default=0.1)
+    p.add_argument("--warmup", type=int, default=None, help="warm-up steps (default min(500, steps/20))")
+    p.add_argument("--clip", type=float, default=1.0)
+    p.add_argument("--steps", type=int, default=10_000)
+    p.add_argument("--batch", type=int, default=256)
+    p.add_argument("--min-len", type=int, default=3)
+    p.add_argument("--max-len", default="40:160", help="curriculum maximum length START:END (default 40:160)")
+    p.add_argument("--stages", type=int, default=4, help="curriculum stages from START to END (default 4)")
+    p.add_argument("--eval-len", type=int, default=256)
+    p.add_argument("--eval-every", type=int, default=None, help="validation period (default steps/20)")
+    p.add_argument("--n-val", type=int, default=512)
+    p.add_argument("--n-test", type=int, default=1024)
+    p.add_argument("--test-lens", default="20,40,80,160,256,512",
+                   type=lambda s: [int(x) for x in s.split(",") if x])
+    p.add_argument("--eval-batch", type=int, default=256)
+    p.add_argument("--mult", action="store_true", help="arith_brackets: also use × (default: + and − only)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--device", default="auto", help="auto (cuda if available), cpu, cuda, cuda:1, …")
+    p.add_argument("--workers", type=int, default=None,
+                   help="1: generate batches in a background process (default: 1 on CUDA, 0 on CPU)")
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    p.add_argument("--out", default=None, help="output directory (default runs/TASK/MODEL_dD_lrLR_sSEED)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+def _finish_train_args(args, task: str, argv: list[str]):
+    args.task = task
+    if args.layers is None:
+        args.layers = DEFAULT_LAYERS[task]
+    if args.out is None:
+        args.out = f"runs/{task}/{args.model}_d{args.d_model}_lr{args.lr:.2e}_s{args.seed}"
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    if args.workers is None:
+        args.workers = 1 if resolve_device(args.device).type == "cuda" else 0
+    args._argv = argv
+    return args
+
+
+# Demo: small enough for a few minutes on 2 CPU cores. Curriculum 8 → 64 (3 stages), model selection at length 64
+# (the longest training length); the test columns include 256 (length extrapolation, which this short CPU budget
+# does not reach: see docs/state_tracking.md). Δ is initialised in [0.5, 1] (Mamba3 dt_min/dt_max) instead of the
+# default [0.001, 0.1]: parity needs rotations of π per token, i.e. Δ·tanh(·) ≈ 1, and starting there saves steps.
+# One torch thread: the tensors are tiny, and on a shared 2-core machine two threads were several times slower.
+DEMO_ARGS = ["--d-model", "32", "--layers", "1", "--batch", "32", "--steps", "900", "--lr", "5e-3",
+             "--min-len", "3", "--max-len", "8:64", "--stages", "3", "--eval-len", "64", "--eval-every", "150",
+             "--n-val", "256", "--n-test", "512", "--test-lens", "16,32,64,128,256", "--dt-min", "0.5",
+             "--dt-max", "1.0", "--device", "cpu", "--threads", "1"]
+
+
+def run_demo(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="python -m mamba3 train demo",
+                                description="CPU demo: Mamba-3 against its no-rotation ablation on parity.")
+    p.add_argument("--out", default="runs/demo")
+    p.add_argument("--models", default="mamba3,norope")
+    p.add_argument("--quiet", action="store_true")
+    a, extra = p.parse_known_args(argv)
+    rows = []
+    for m in a.models.split(","):
+        tp = argparse.ArgumentParser()
+        add_train_args(tp)
+        run_argv = DEMO_ARGS + ["--model", m, "--out", str(Path(a.out) / m)] + (["--quiet"] if a.quiet else []) + extra
+        args = _finish_train_args(tp.parse_args(run_argv), "parity", run_argv)
+        print(f"== training {m} on parity ({' '.join(run_argv)})", flush=True)
+        rows.append(train_run(args))
+    print(format_table(rows, lengths=[r for r in rows[0]["test"]]))
+    plot_runs(rows, Path(a.out) / "accuracy_vs_length.png", "parity (CPU demo): scaled accuracy vs length")
+    (Path(a.out) / "demo.json").write_text(json.dumps(
+        [{k: r[k] for k in ("model", "best_val_scaled", "test", "train_time_s", "wall_time_s")} for r in rows],
+        indent=1))
+    return 0
+
+
+def format_table(rows: list[dict], lengths=None) -> str:
+    lengths = lengths or [str(rows[0]["eval_len"])]
+    head = "| model | d_model | lr | best val scaled @%d | " % rows[0]["eval_len"] + " | ".join(
+        f"test scaled @{L}" for L in lengths) + " | train time |"
+    lines = [head, "|" + "---|" * (5 + len(lengths))]
+    for r in rows:
+        lines.append(f"| {r['model']} | {r['d_model']} | {r['lr']:.2e} | {100 * r['best_val_scaled']:.2f} | "
+                     + " | ".join(f"{100 * r['test'][L]['scaled']:.2f}" if L in r["test"] else "–"
+                                  for L in lengths) + f" | {r['train_time_s']:.0f} s |")
+    return "\n".join(lines)
+
+
+def lr_grid(spec: str) -> list[float]:
+    """'8' → 8 values log-spaced in [1e-4, 1e-2]; 'LO:HI:N' → N log-spaced in [LO, HI]; '1e-3,3e-3' → a list."""
+    if "," in spec or "e" in spec and ":" not in spec:
+        return [float(x) for x in spec.split(",") if x]
+    lo, hi, n = (1e-4, 1e-2, int(spec)) if ":" not in spec else (float(spec.split(":")[0]),
+                                                                  float(spec.split(":")[1]),
+                                                                  int(spec.split(":")[2]))
+    if n == 1:
+        return [lo]
+    return [math.exp(math.log(lo) + (math.log(hi) - math.log(lo)) * i / (n - 1)) for i in range(n)]
+
+
+def run_sweep(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(
+        prog="python -m mamba3 train sweep",
+        description="The LR × d_model grid for one task and one or more model variants, as concurrent "
+                    "subprocesses (many small runs share one GPU). Finished runs (results.json present) are "
+                    "skipped, so an interrupted sweep resumes. Extra options are passed to every run.")
+    p.add_argument("task", choices=data.TASKS)
+    p.add_argument("--models", default="mamba3")
+    p.add_argument("--d-models", default="32,64")
+    p.add_argument("--lrs", default="8", help="'8': 8 log-spaced in [1e-4, 1e-2]; 'LO:HI:N'; or a list")
+    p.add_argument("--seeds", default="0")
+    p.add_argument("--jobs", type=int, default=8, help="concurrent runs")
+    p.add_argument("--gpus", default=None, help="comma-separated CUDA ids to spread runs over (default: all)")
+    p.add_argument("--out", default="runs/sweep")
+    p.add_argument("--time-budget", type=float, default=None,
+                   help="seconds after which no new run is started (running ones finish)")
+    p.add_argument("--dry-run", action="store_true", help="print the commands only")
+    a, extra = p.parse_known_args(argv)
+    gpus = a.gpus.split(",") if a.gpus else (
+        [str(i) for i in range(torch.cuda.device_count())] if torch.cuda.is_available() else [None])
+    jobs = []
+    for m in a.models.split(","):
+        for d in [int(x) for x in a.d_models.split(",")]:
+            for lr in lr_grid(a.lrs):
+                for s in [int(x) for x in a.seeds.split(",")]:
+                    out = Path(a.out) / a.task / m / f"d{d}_lr{lr:.2e}_s{s}"
+                    cmd = [sys.executable, "-m", "mamba3.tasks", "train", a.task, "--model", m, "--d-model",
+                           str(d), "--lr", f"{lr:.6g}", "--seed", str(s), "--out", str(out), "--quiet"] + extra
+                    jobs.append((out, cmd))
+    todo = [(o, c) for o, c in jobs if not (o / "results.json").exists()]
+    print(f"sweep {a.task}: {len(jobs)} runs, {len(jobs) - len(todo)} already done, {a.jobs} at a time "
+          f"on {gpus}", flush=True)
+    if a.dry_run:
+        for _, c in todo:
+            print(" ".join(c))
+        return 0
+    t0, running, k, failed, finished = time.time(), [], 0, 0, 0
+    bar = Progress(len(todo), f"sweep {a.task}")
+    while todo or running:
+        while todo and len(running) < a.jobs and (a.time_budget is None or time.time() - t0 < a.time_budget):
+            out, cmd = todo.pop(0)
+            out.mkdir(parents=True, exist_ok=True)
+            env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+            if gpus[0] is not None:
+                env["CUDA_VISIBLE_DEVICES"] = gpus[k % len(gpus)]
+            log = open(out / "log.txt", "w")
+            running.append((subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env), out, log))
+            k += 1
+        if a.time_budget is not None and time.time() - t0 >= a.time_budget and todo:
+            print(f"time budget reached: {len(todo)} runs not started (rerun the same command to resume)",
+                  flush=True)
+            todo = []
+        time.sleep(1.0)
+        for item in list(running):
+            proc, out, log = item
+            if proc.poll() is not None:
+                log.close()
+                running.remove(item)
+                finished += 1
+                if proc.returncode != 0:
+                    failed += 1
+                    print(f"FAILED ({proc.returncode}): {out} (see {out / 'log.txt'})", flush=True)
+                bar.update(finished, f"{failed} failed")
+    print(summarize(Path(a.out)))
+    return 1 if failed else 0
+
+
+def summarize(root: Path) -> str:
+    """Collect every results.json under root: per (task, model) the run with the best validation accuracy
+    (the paper's selection rule) → summary.json / summary.md in root; returns the markdown."""
+    runs = [json.loads(p.read_text()) for p in sorted(Path(root).rglob("results.json"))]
+    best: dict = {}
+    for r in runs:
+        key = (r["task"], r["model"])
+        if key not in best or (r["best_val_acc"], -r["best_step"]) > (best[key]["best_val_acc"],
+                                                                      -best[key]["best_step"]):
+            best[key] = r
+    lines = ["| task | model | runs | eval length | best val scaled | its test scaled | d_model | lr | layers | steps |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    summary = []
+    for (task, model), r in sorted(best.items()):
+        n = sum(1 for x in runs if (x["task"], x["model"]) == (task, model))
+        lines.append(f"| {task} | {model} | {n} | {r['eval_len']} | {100 * r['best_val_scaled']:.2f} | "
+                     f"{100 * r['test_scaled_at_eval_len']:.2f} | {r['d_model']} | {r['lr']:.2e} | {r['layers']} |"
+                     f" {r['steps']} |")
+        summary.append({k: r[k] for k in ("task", "model", "d_model", "lr", "layers", "seed", "steps",
+                                          "best_val_scaled", "test_scaled_at_eval_len", "best_step", "test",
+                                          "versions", "machine", "command")} | {"runs": n})
+    md = "\n".join(lines)
+    if runs:
+        (Path(root) / "summary.json").write_text(json.dumps(summary, indent=1))
+        (Path(root) / "summary.md").write_text(md + "\n")
+        for task in sorted({r["task"] for r in runs}):
+            plot_runs([r for (t, _), r in sorted(best.items()) if t == task], Path(root) / f"{task}.png",
+                      f"{task}: best run per model, scaled accuracy vs length")
+    return md
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point: ``[train] {parity, arith, arith_brackets, demo, sweep, summarize} ...``."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] == "train":
+        argv = argv[1:]
+    commands = list(data.TASKS) + ["demo", "sweep", "summarize"]
+    if not argv or argv[0] in ("-h", "--help") or argv[0] not in commands:
+        print(__doc__.split("\n\n")[1] if argv and argv[0] in ("-h", "--help") else
+              f"usage: python -m mamba3 train {{{', '.join(commands)}}} ... (--help after the command for options)",
+              file=sys.stderr if not argv or argv[0] not in ("-h", "--help") else sys.stdout)
+        return 0 if argv and argv[0] in ("-h", "--help") else 2
+    cmd, rest = argv[0], argv[1:]
+    if cmd == "demo":
+        return run_demo(rest)
+    if cmd == "sweep":
+        return run_sweep(rest)
+    if cmd == "summarize":
+        if not rest:
+            print("usage: python -m mamba3 train summarize DIR", file=sys.stderr)
+            return 2
+        print(summarize(Path(rest[0])))
+        return 0
+    p = argparse.ArgumentParser(prog=f"python -m mamba3 train {cmd}",
+                                description=f"Train one model on {cmd} (docs/state_tracking.md).")
+    add_train_args(p)
+    args = _finish_train_args(p.parse_args(rest), cmd, rest)
+    res = train_run(args)
+    print(format_table([res], lengths=list(res["test"])))
+    print(f"results: {Path(args.out) / 'results.json'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

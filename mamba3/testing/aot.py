@@ -1,0 +1,166 @@
+"""Ahead-of-time compilation of Triton kernels for a given NVIDIA architecture, on a machine without a GPU.
+
+Used by the AOT test lane (tests/aot) and by ``python -m mamba3 info --arch sm_XX`` to get the shared-memory
+bytes (and registers, spills) of exactly the binaries the JIT would produce at launch.
+
+Why not just ``triton.compile`` with a hand-written signature: the JIT specializes arguments (16-byte
+alignment / divisibility hints, integer arguments equal to 1 become constexprs). Without that, bf16 loads are
+never pipelined and the shared-memory numbers are wrong. We therefore run Triton's own binder
+(``create_function_from_signature``) and ``JITFunction._pack_args`` on the launch arguments. Both are private
+API (present in triton 3.6.0 and 3.7.1 with the same signatures): re-check them when the pin changes;
+``tests/aot/test_aot_selftest.py`` fails if the specialization is lost.
+
+Triton never raises OutOfResources at compile time (only at the first launch), so the budget check is ours:
+``shared + static_shared <= OPTIN_SMEM[arch]``, where static_shared is the cubin's static ``.nv.shared``
+section reported by the bundled cuobjdump (1 KiB on sm_90+), counted conservatively.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import tempfile
+from dataclasses import dataclass, field
+from typing import Any
+
+from mamba3.dispatch import CI_ARCHS, OPTIN_SMEM
+
+__all__ = ["KernelLaunch", "AotResult", "compile_launch", "OPTIN_SMEM", "CI_ARCHS", "fits"]
+
+
+@dataclass
+class KernelLaunch:
+    """One kernel launch as the host code would make it.
+
+    name:   a readable id (kernel name + config + dtype/problem class), used in test ids and messages.
+    kernel: the ``@triton.jit`` function (``@triton.autotune`` / ``@triton.heuristics`` wrappers are accepted:
+            heuristics are evaluated on the arguments, an autotuner's own configs are ignored: pass the chosen
+            config's constexprs and num_warps/num_stages in ``meta``).
+    args:   positional arguments as at launch: CPU tensors (only dtype and data_ptr() % 16 matter), ints,
+            floats, None. Use the sizes and strides a real call passes (multiples of 16, unit strides = 1).
+    meta:   constexpr keyword arguments plus launch options (num_warps, num_stages, ...).
+    """
+
+    name: str
+    kernel: Any
+    args: tuple
+    meta: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class AotResult:
+    name: str
+    arch: int
+    shared: int  # dynamic shared memory Triton requests at launch (metadata.shared), bytes
+    static_shared: int  # static shared memory in the cubin (cuobjdump SHARED:), bytes
+    n_regs: int | None  # registers per thread (cuobjdump REG:)
+    n_spills: int | None  # spill-store bytes from the ptxas -v log (None unless compile_launch(..., spills=True))
+    local: int | None = None  # local memory per thread (cuobjdump LOCAL:), bytes
+
+    @property
+    def total_shared(self) -> int:
+        return self.shared + self.static_shared
+
+
+def fits(result: AotResult) -> bool:
+    """Whether the compiled kernel fits its architecture's opt-in shared-memory limit."""
+    return result.total_shared <= OPTIN_SMEM[result.arch]
+
+
+def _unwrap(kernel, args: tuple, meta: dict):
+    """Strip autotune/heuristics wrappers down to the JITFunction, evaluating heuristics like Heuristics.run."""
+    from triton.runtime.autotuner import Autotuner, Heuristics
+    from triton.runtime.jit import JITFunction
+
+    meta = dict(meta)
+    while not isinstance(kernel, JITFunction):
+        if isinstance(kernel, Heuristics):
+            for key, fn in kernel.values.items():
+                meta[key] = fn({**dict(zip(kernel.arg_names, args)), **meta})
+            kernel = kernel.fn
+        elif isinstance(kernel, Autotuner):
+            kernel = kernel.fn
+        else:
+            hint = ""
+            if type(kernel).__name__ == "InterpretedFunction":
+                hint = (" (it was defined with TRITON_INTERPRET=1; AOT compilation needs a process without the "
+                        "interpreter: run tests/aot separately from tests/interp)")
+            raise TypeError(f"expected a @triton.jit function, got {type(kernel).__name__}{hint}")
+    return kernel, meta
+
+
+def _cuobjdump_resources(cubin: bytes) -> dict[str, int]:
+    from triton import knobs
+
+    with tempfile.NamedTemporaryFile(suffix=".cubin", delete=False) as f:
+        f.write(cubin)
+        path = f.name
+    try:
+        out = subprocess.run([knobs.nvidia.cuobjdump.path, "--dump-resource-usage", path],
+                             check=True, capture_output=True, text=True).stdout
+    finally:
+        os.unlink(path)
+    res = {}
+    for key in ("REG", "SHARED", "LOCAL", "STACK"):
+        m = re.search(rf"\b{key}:(\d+)", out)
+        if m:
+            res[key] = int(m.group(1))
+    if "SHARED" not in res:
+        raise RuntimeError(f"could not read SHARED: from cuobjdump --dump-resource-usage output:\n{out}")
+    return res
+
+
+def _ptxas_spill_stores(ptx: str, arch: int, options) -> int:
+    from triton.backends.nvidia.compiler import get_ptxas, sm_arch_from_capability
+
+    with tempfile.TemporaryDirectory() as d:
+        src = os.path.join(d, "k.ptx")
+        with open(src, "w") as f:
+            f.write(ptx)
+        cmd = [get_ptxas(arch).path, "-v", f"--gpu-name={sm_arch_from_capability(arch)}", src,
+               "-o", os.path.join(d, "k.cubin")]
+        if not getattr(options, "enable_fp_fusion", True):
+            cmd.insert(1, "--fmad=false")
+        log = subprocess.run(cmd, check=True, capture_output=True, text=True).stderr
+    stores = [int(x) for x in re.findall(r"(\d+) bytes spill stores", log)]
+    return max(stores) if stores else 0
+
+
+def compile_launch(launch: KernelLaunch, arch: int, *, spills: bool = False) -> AotResult:
+    """Compile ``launch`` for compute capability ``arch`` exactly as the JIT would, without a GPU.
+
+    ``spills=True`` re-runs ptxas -v on the PTX to count spill-store bytes (about one more ptxas run).
+    Compiled kernels go to Triton's cache (TRITON_CACHE_DIR), so repeating a compile is cheap.
+    """
+    if arch not in OPTIN_SMEM:
+        # Unknown targets (e.g. 122) make Triton's LLVM abort the whole process: refuse them here.
+        known = ", ".join(str(a) for a in sorted(OPTIN_SMEM))
+        raise ValueError(f"refusing to compile for unknown architecture {arch}; known: {known}")
+
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource, make_backend
+    from triton.runtime.jit import create_function_from_signature
+
+    kernel, meta = _unwrap(launch.kernel, tuple(launch.args), launch.meta)
+    target = GPUTarget("cuda", arch, 32)
+    backend = make_backend(target)
+    # Same two steps as JITFunction.run: bind + specialize, then pack into (options, signature, constexprs, attrs).
+    binder = create_function_from_signature(kernel.signature, kernel.params, backend)
+    bound_args, specialization, options = binder(*launch.args, **meta)
+    options, signature, constexprs, attrs = kernel._pack_args(backend, options, bound_args, specialization,
+                                                              options)
+    compiled = triton.compile(ASTSource(kernel, signature, constexprs, attrs), target=target,
+                              options=options.__dict__)
+    res = _cuobjdump_resources(compiled.asm["cubin"])
+    n_spills = _ptxas_spill_stores(compiled.asm["ptx"], arch, options) if spills else None
+    return AotResult(
+        name=launch.name,
+        arch=arch,
+        shared=int(compiled.metadata.shared),
+        static_shared=res["SHARED"],
+        n_regs=res.get("REG"),
+        n_spills=n_spills,
+        local=res.get("LOCAL"),
+    )

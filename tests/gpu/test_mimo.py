@@ -1,0 +1,145 @@
+"""MIMO Triton kernels on a real GPU against the float64 reference: every feature, dtype and configuration.
+
+Run: PYTHONPATH=. python3 -m pytest tests/gpu/test_mimo.py -x -q
+"""
+import json
+import hashlib
+from pathlib import Path
+
+import pytest
+import torch
+
+from mamba3.testing.inputs import mimo_inputs
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "mimo_seed"
+
+
+def _check(dtype, chunk_size=16, config=None, **kw):
+    from mamba3.ops.mimo.check import assert_within_contract, compare
+
+    args = mimo_inputs(dtype=dtype, device="cuda", **kw)
+    errs = compare(args, chunk_size=chunk_size, config=config)
+    assert_within_contract(errs, dtype)
+    return errs
+
+
+@pytest.mark.parametrize("dtype", DTYPES.values(), ids=DTYPES.keys())
+@pytest.mark.parametrize("case", [
+    dict(),                                                               # D, Z, φ (mimo_out)
+    dict(rms_norm=True, states=True),                                     # fused norm, input states
+    dict(with_out=False, with_z=False, with_D=False),                     # per-rank output, plain
+    dict(with_out=False, rms_norm=True),                                  # per-rank output with norm and gate
+    dict(shared_angles=True, nangles=16),                                 # A = N/2, angles shared by heads
+], ids=["dzout", "norm-states", "perrank-plain", "perrank-norm", "shared-angles-rd2"])
+def test_features(dtype, case):
+    _check(dtype, bsz=2, seqlen=100, nheads=4, ngroups=2, dstate=32, headdim=32, rank=4, **case)
+
+
+@pytest.mark.parametrize("seqlen,chunk", [(1, 16), (17, 16), (16, 16), (33, 8), (300, 16)])
+def test_lengths(seqlen, chunk):
+    """Any T ≥ 1 (not a multiple of the chunk: the official backward refuses T=17 with chunk 16)."""
+    _check(torch.float32, chunk_size=chunk, bsz=2, seqlen=seqlen, nheads=2, ngroups=1, dstate=64, headdim=32,
+           rank=4, states=True)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+def test_varlen(dtype):
+    _check(dtype, bsz=1, seqlen=211, nheads=4, ngroups=1, dstate=64, headdim=64, rank=2, states=True,
+           rms_norm=True, cu_seqlens=[0, 1, 17, 90, 211])
+
+
+@pytest.mark.parametrize("dstate,headdim", [(16, 16), (32, 128), (64, 32), (128, 64), (256, 128), (256, 16)])
+def test_shapes(dstate, headdim):
+    """Every N and every P bucket (N only changes masks and whether N/2 fits one pair block)."""
+    _check(torch.float32, bsz=1, seqlen=70, nheads=2, ngroups=1, dstate=dstate, headdim=headdim, rank=2,
+           states=True)
+
+
+@pytest.mark.parametrize("rank", [1, 2, 4, 8])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+def test_ranks(rank, dtype):
+    _check(dtype, bsz=2, seqlen=77, nheads=4, ngroups=4, dstate=64, headdim=64, rank=rank, rms_norm=True,
+           states=True)
+
+
+def test_fp32_n128_p64_r4():
+    """The seed's worst case on 99 KB GPUs: fp32 at N=128, P=64, R=4 (the official kernel needs ≈400 KB)."""
+    _check(torch.float32, bsz=1, seqlen=130, nheads=2, ngroups=1, dstate=128, headdim=64, rank=4, states=True,
+           rms_norm=True)
+
+
+def _all_configs():
+    from mamba3.ops.mimo.configs import CONFIGS
+
+    seen = []
+    for p, cfgs in CONFIGS.items():
+        for cfg in cfgs:
+            seen.append((p, cfg))
+    return seen
+
+
+@pytest.mark.parametrize("p,cfg", _all_configs(), ids=lambda x: str(x) if isinstance(x, int) else x.name)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+def test_every_config(p, cfg, dtype):
+    """Every configuration any architecture may select, at its P bucket, with every feature on."""
+    _check(dtype, config=cfg, bsz=2, seqlen=150, nheads=4, ngroups=2, dstate=64, headdim=p, rank=4, states=True,
+           rms_norm=True)
+
+
+def test_dispatcher_fits_device():
+    from mamba3.dispatch import device_spec
+    from mamba3.ops.mimo.configs import MimoProblem, choose_config, smem_estimate
+
+    spec = device_spec()
+    for p in (16, 32, 64, 128):
+        cfg = choose_config(spec, MimoProblem(128, p, 4))
+        assert smem_estimate(cfg, p) <= spec.smem_optin
+
+
+def test_new_length_does_not_recompile():
+    """A new T or batch size never recompiles (the official MIMO compiles three kernels per new shape)."""
+    from mamba3.ops.mimo import bwd, fwd
+    from mamba3.ops.mimo.check import call
+    from mamba3.ops.mimo.function import mimo_triton
+
+    kernels = [fwd.mimo_chunk_state_kernel, fwd.mimo_state_fwd_kernel, fwd.mimo_out_kernel,
+               bwd.mimo_state_bwd_kernel, bwd.mimo_bwd_dqk_kernel, bwd.mimo_bwd_dv_kernel]
+
+    def count():
+        return sum(len(k.device_caches[d][0]) for k in kernels for d in list(k.device_caches))
+
+    def run(bsz, seqlen):
+        args = mimo_inputs(dtype=torch.bfloat16, device="cuda", bsz=bsz, seqlen=seqlen, nheads=2, ngroups=1,
+                           dstate=32, headdim=32, rank=4, states=True)
+        args["input_states"] = tuple(s.requires_grad_(True) for s in args["input_states"])
+        args["v"].requires_grad_(True)
+        out, finals = call(mimo_triton, args, chunk_size=16, precision="ieee")
+        (out.float().sum() + sum(f.float().sum() for f in finals)).backward()
+        torch.cuda.synchronize()
+
+    run(2, 64)
+    before = count()
+    for bsz, seqlen in ((3, 50), (1, 1000), (5, 17), (1, 1)):
+        run(bsz, seqlen)
+    assert count() == before, "a new T or batch size recompiled a MIMO kernel"
+
+
+def test_seed_fixture_kernels():
+    """The seed report's boundary tensors (B=1, T=17, H=16, N=64, P=32, R=4, chunk 16, fp32): the kernels
+    reproduce the stored float64 reference output and gradients within the fp32 bar."""
+    from mamba3.ops.mimo.check import kernel
+    from mamba3.testing.errors import rel_frobenius
+
+    data = torch.load(FIXTURE / "mimo_seed.pt")
+    manifest = json.loads((FIXTURE / "manifest.json").read_text())
+    for name, t in data["inputs"].items():
+        assert hashlib.sha256(t.contiguous().numpy().tobytes()).hexdigest() == manifest["sha256"][f"inputs/{name}"]
+    args = {k: v.cuda() for k, v in data["inputs"].items()}
+    args["norm_eps"] = 1e-5
+    out, finals, grads = kernel(args, [data["upstream"]["out"]], chunk_size=16)
+    assert rel_frobenius(out, data["expected"]["out"]) <= 1e-5
+    for name, g in data["expected_grads"].items():
+        assert rel_frobenius(grads[name], g) <= 1e-4, name

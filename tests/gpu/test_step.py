@@ -1,0 +1,153 @@
+"""Triton decode step on CUDA: every supported head size and state size, SISO and MIMO, fp32/bf16/fp16 inputs,
+against the float64 step reference over many chained tokens; bounds safety (the official kernel writes out of
+bounds when headdim % 64 != 0), pooled states, determinism, CUDA-graph capture, long decodes."""
+import math
+
+import pytest
+import torch
+
+from mamba3.ops.step import mamba3_mimo_step, mamba3_siso_step
+from mamba3.testing.errors import assert_rel_close
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+DEV = "cuda"
+
+
+def inputs(bsz, T, H, G, P, N, R, dtype, siso, seed, shared=True, per_rank=False, norm=False):
+    g = torch.Generator().manual_seed(seed)
+    rnd = lambda *s: torch.randn(*s, generator=g)
+    A = N // 4 if siso else N // 2
+    x = dict(q=rnd(T, bsz, R, G, N), k=rnd(T, bsz, R, G, N), v=rnd(T, bsz, H, P), z=rnd(T, bsz, H, P),
+             adt=-torch.rand(T, bsz, H, generator=g) * 0.3, dt=torch.rand(T, bsz, H, generator=g) * 0.1 + 0.001,
+             trap=rnd(T, bsz, H), angles=rnd(T, bsz, A) if shared else rnd(T, bsz, H, A),
+             q_bias=1 + 0.1 * rnd(H, R, N), k_bias=1 + 0.1 * rnd(H, R, N), D=rnd(H),
+             mimo_v=None if siso else 1 + 0.2 * rnd(H, R, P), mimo_z=None if siso else 1 + 0.2 * rnd(H, R, P),
+             mimo_out=None if siso or per_rank else (1 + 0.2 * rnd(H, R, P)) / R,
+             norm_weight=(1 + 0.1 * rnd(H, P)) if norm else None)
+    q_norm = lambda t: t * torch.rsqrt(t.square().mean(-1, keepdim=True) + 1e-6)
+    x["q"], x["k"] = q_norm(x["q"]), q_norm(x["k"])
+    states = (torch.rand(bsz, H, A, generator=g) * 2 * math.pi, 0.1 * rnd(bsz, H, P, N), rnd(bsz, R, H, N),
+              rnd(bsz, H, P))
+    low = {"q", "k", "v", "z"}
+    x = {n: (None if t is None else t.to(DEV, dtype if n in low else torch.float32)) for n, t in x.items()}
+    states = tuple(s.to(DEV) for s in states[:3]) + (states[3].to(DEV, dtype),)
+    return x, states
+
+
+def run(x, states, siso, t, backend, **kw):
+    if siso:
+        return mamba3_siso_step(x["q"][t][:, 0], x["k"][t][:, 0], x["v"][t], x["adt"][t], x["dt"][t], x["trap"][t],
+                                x["q_bias"][:, 0], x["k_bias"][:, 0], x["angles"][t], x["D"], x["z"][t],
+                                (states[0], states[1], states[2][:, 0], states[3]), backend=backend, **kw)
+    return mamba3_mimo_step(x["q"][t], x["k"][t], x["v"][t], x["adt"][t], x["dt"][t], x["trap"][t], x["q_bias"],
+                            x["k_bias"], x["mimo_v"], x["mimo_z"], x["mimo_out"], x["angles"][t], x["D"], x["z"][t],
+                            states, rms_norm=x["norm_weight"] is not None, norm_weight=x["norm_weight"],
+                            backend=backend, **kw)
+
+
+def chain(x, states, siso, T, backend):
+    if backend == "reference":        # float64 on the CPU, same (rounded) inputs
+        x = {n: None if t is None else t.detach().cpu().double() for n, t in x.items()}
+        states = tuple(s.detach().cpu().double() for s in states)
+    else:
+        states = tuple(s.clone() for s in states)
+    outs = torch.stack([run(x, states, siso, t, backend) for t in range(T)])
+    return outs, states
+
+
+SHAPES = [(P, N) for P in (16, 32, 64, 128) for N in (16, 64, 128, 256)]
+
+
+@pytest.mark.parametrize("P,N", SHAPES, ids=[f"P{p}-N{n}" for p, n in SHAPES])
+@pytest.mark.parametrize("mode", ["siso", "mimo4", "mimo2-norm", "mimo2-per-rank"])
+def test_step_matches_float64_reference_fp32(P, N, mode):
+    siso = mode == "siso"
+    R = 1 if siso else int(mode[4])
+    x, st = inputs(3, 24, 4, 2, P, N, R, torch.float32, siso, seed=P + N, per_rank="per-rank" in mode,
+                   norm="norm" in mode)
+    out, states = chain(x, st, siso, 24, "triton")
+    ref, ref_states = chain(x, st, siso, 24, "reference")
+    assert_rel_close("out", out, ref, 1e-5)
+    for name, a, b in zip(("angle", "ssm", "k", "v"), states, ref_states):
+        assert_rel_close(f"{name} state", a, b, 1e-5)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+@pytest.mark.parametrize("siso", [True, False], ids=["siso", "mimo4"])
+def test_step_low_precision_inputs(dtype, siso):
+    x, st = inputs(4, 16, 8, 1, 64, 128, 1 if siso else 4, dtype, siso, seed=7)
+    out, states = chain(x, st, siso, 16, "triton")
+    ref, ref_states = chain(x, st, siso, 16, "reference")
+    assert out.dtype == dtype and states[1].dtype == torch.float32
+    assert_rel_close("out", out, ref, 1e-2)
+    assert_rel_close("ssm state", states[1], ref_states[1], 1e-5)
+
+
+@pytest.mark.parametrize("P", [16, 32, 48, 96])
+def test_no_out_of_bounds_writes_and_pooled_rows(P):
+    """States live inside NaN-filled pools; only the addressed rows change, and nothing outside them."""
+    N, H, R = 64, 4, 2
+    x, st = inputs(3, 4, H, 1, P, N, R, torch.float32, False, seed=P)
+    pool = [torch.full((8,) + s.shape[1:], float("nan"), device=DEV, dtype=s.dtype) for s in st]
+    idx = torch.tensor([6, -1, 1], device=DEV, dtype=torch.int32)
+    for p, s in zip(pool, st):
+        p[idx.long().clamp(min=0)] = s
+    rows = torch.tensor([6, 1], device=DEV)
+    others = torch.tensor([0, 2, 3, 4, 5, 7], device=DEV)
+    for t in range(4):
+        out = run(x, pool, False, t, "triton", state_batch_indices=idx)
+        assert torch.isfinite(out).all() and float(out[1].abs().max()) == 0.0
+    for p in pool:
+        assert torch.isnan(p[others]).all() and torch.isfinite(p[rows]).all()
+    dense = [s.clone() for s in st]
+    for t in range(4):
+        run(x, dense, False, t, "triton")
+    for p, d in zip(pool, dense):
+        assert torch.equal(p[6], d[0]) and torch.equal(p[1], d[2])
+
+
+def test_deterministic():
+    x, st = inputs(8, 4, 8, 1, 64, 128, 4, torch.bfloat16, False, seed=9)
+    a = chain(x, st, False, 4, "triton")
+    b = chain(x, st, False, 4, "triton")
+    assert torch.equal(a[0], b[0]) and all(torch.equal(u, v) for u, v in zip(a[1], b[1]))
+
+
+@pytest.mark.parametrize("siso", [True, False], ids=["siso", "mimo4"])
+def test_cuda_graph_capture_and_replay(siso):
+    R = 1 if siso else 4
+    x, st = inputs(4, 3, 8, 1, 64, 128, R, torch.bfloat16, siso, seed=11)
+    pool = [torch.zeros((6,) + s.shape[1:], device=DEV, dtype=s.dtype) for s in st]
+    idx = torch.tensor([3, 0, 5, 2], device=DEV)
+    static = {n: (None if t is None else t[0].clone()) if n in ("q", "k", "v", "z", "adt", "dt", "trap", "angles")
+              else t for n, t in x.items()}
+    static1 = {n: (t[None] if n in ("q", "k", "v", "z", "adt", "dt", "trap", "angles") and t is not None else t)
+               for n, t in static.items()}
+    run(static1, pool, siso, 0, "triton", state_batch_indices=idx)          # compile outside the capture
+    for p in pool:
+        p.zero_()
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = run(static1, pool, siso, 0, "triton", state_batch_indices=idx)
+    eager_pool = [p.clone() for p in pool]
+    for t in range(3):
+        for n in ("q", "k", "v", "z", "adt", "dt", "trap", "angles"):
+            static[n].copy_(x[n][t])
+        idx.copy_(torch.tensor([2, 5, 0, 3][t % 4:] + [2, 5, 0, 3][:t % 4], device=DEV))
+        graph.replay()
+        want = run(static1, eager_pool, siso, 0, "triton", state_batch_indices=idx)
+        torch.testing.assert_close(out, want, rtol=0, atol=0)
+    for a, b in zip(pool, eager_pool):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+def test_long_decode_keeps_angles_wrapped():
+    x, st = inputs(2, 1, 4, 1, 16, 32, 1, torch.float32, True, seed=12)
+    x["dt"] = x["dt"] * 0 + 0.5
+    x["angles"] = x["angles"] * 0 + 3.0                   # ≈ 1.5 rad per token
+    states = (st[0], st[1], st[2][:, 0], st[3])
+    for _ in range(3000):
+        mamba3_siso_step(x["q"][0][:, 0], x["k"][0][:, 0], x["v"][0], x["adt"][0], x["dt"][0], x["trap"][0],
+                         x["q_bias"][:, 0], x["k_bias"][:, 0], x["angles"][0], x["D"], x["z"][0], states)
+    assert (states[0] >= 0).all() and (states[0] < 2 * math.pi).all()

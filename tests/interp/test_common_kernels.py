@@ -1,0 +1,72 @@
+"""mamba3.ops.common kernels under the interpreter: chunk sums + float64 angle offsets, state passing
+(forward and reverse, dense and varlen), against plain float64 torch."""
+import math
+
+import pytest
+import torch
+
+
+
+
+def _chunks(B, T, C, cu):
+    from mamba3.ops.common.chunking import make_chunks
+
+    return make_chunks(B, T, C, None if cu is None else torch.tensor(cu), "cpu")
+
+
+@pytest.mark.parametrize("cu", [None, [0, 3, 40, 41]])
+@pytest.mark.parametrize("shared", [False, True])
+def test_chunk_sums_and_angle_offsets(cu, shared):
+    from mamba3.ops.common.cumsum import angle_offsets, chunk_sums
+
+    g = torch.Generator().manual_seed(0)
+    B, T, H, A, C = (2, 41, 3, 5, 16) if cu is None else (1, 41, 3, 5, 16)
+    adt = -torch.rand(B, H, T, generator=g)
+    dt = torch.rand(B, H, T, generator=g)
+    ang = torch.randn((B, T, A) if shared else (B, T, H, A), generator=g)
+    ch = _chunks(B, T, C, cu)
+    state = torch.rand(ch.nseq, H, A, generator=g) * 6
+    gsum, asum = chunk_sums(adt, dt, ang, ch, H, A)
+    off, final = angle_offsets(asum, ch, state)
+    phi = ang.double() if not shared else ang.double()[:, :, None, :].expand(B, T, H, A)
+    inc = math.pi * torch.tanh(phi) * dt.double().transpose(1, 2)[..., None]  # (B, T, H, A)
+    tab = ch.chunk_table.long()
+    for c in range(ch.nchunks):
+        b, t0, L, s, _ = tab[c].tolist()
+        start = 0 if cu is None else cu[s]
+        assert torch.allclose(gsum[c].double(), adt[b, :, t0:t0 + L].double().sum(-1), atol=1e-5)
+        want = torch.remainder(state[s].double() + inc[b, start:t0].sum(0), 2 * math.pi)
+        d = torch.remainder(off[c].double() - want + math.pi, 2 * math.pi) - math.pi
+        assert d.abs().max() < 1e-5, (c, d.abs().max())
+    for s in range(ch.nseq):
+        b = 0 if cu is None else 0
+        lo, hi = (0, T) if cu is None else (cu[s], cu[s + 1])
+        bb = s if cu is None else 0
+        want = torch.remainder(state[s].double() + inc[bb, lo:hi].sum(0), 2 * math.pi)
+        d = torch.remainder(final[s] - want + math.pi, 2 * math.pi) - math.pi
+        assert d.abs().max() < 1e-5
+
+
+@pytest.mark.parametrize("cu", [None, [0, 20, 21, 50]])
+@pytest.mark.parametrize("reverse", [False, True])
+def test_state_passing(cu, reverse):
+    from mamba3.ops.common.state_passing import state_passing
+
+    B, T, C, H, PN = (2, 50, 16, 2, 24) if cu is None else (1, 50, 16, 2, 24)
+    ch = _chunks(B, T, C, cu)
+    g = torch.Generator().manual_seed(0)
+    X = torch.randn(ch.nchunks, H, PN, generator=g)
+    gs = -torch.rand(ch.nchunks, H, generator=g)
+    init = torch.randn(ch.nseq, H, PN, generator=g)
+    final = torch.empty_like(init)
+    X0 = X.clone()
+    state_passing(X, gs, ch, init=init, final=final, reverse=reverse, block=16)
+    for s in range(ch.nseq):
+        first, n = ch.seq_table[s].tolist()
+        order = range(first, first + n)
+        order = reversed(order) if reverse else order
+        x = init[s].double()
+        for c in order:
+            assert torch.allclose(X[c].double(), x, atol=1e-5)
+            x = math.e ** 0 * torch.exp(gs[c].double())[:, None] * x + X0[c].double()
+        assert torch.allclose(final[s].double(), x, atol=1e-5)

@@ -1,0 +1,71 @@
+"""Training loop and command line, with tiny settings (CPU, a few seconds)."""
+import json
+
+import pytest
+import torch
+
+from mamba3.tasks import train
+
+
+def test_curriculum_and_schedule():
+    assert [train.curriculum_max(s, 100, 40, 160, 4) for s in (0, 24, 25, 50, 75, 99)] == [40, 40, 80, 120, 160, 160]
+    assert train.curriculum_max(5, 100, 40, 160, 1) == 160
+    assert train.lr_at(0, 100, 1.0, 10) == pytest.approx(0.1)
+    assert train.lr_at(10, 100, 1.0, 10) == pytest.approx(1.0)
+    assert train.lr_at(100, 100, 1.0, 10) == pytest.approx(0.1)
+    lrs = train.lr_grid("8")
+    assert len(lrs) == 8 and lrs[0] == pytest.approx(1e-4) and lrs[-1] == pytest.approx(1e-2)
+    assert train.lr_grid("1e-3,2e-3") == [1e-3, 2e-3]
+
+
+def test_short_training_run_lowers_the_loss(tmp_path):
+    # modular arithmetic on expressions of 1 or 3 symbols ("d", "d op d"): learnable in a few dozen steps
+    rc = train.main(["train", "arith", "--layers", "1", "--d-model", "32", "--d-state", "16", "--batch", "64",
+                     "--steps", "40", "--lr", "2e-2", "--min-len", "1", "--max-len", "3", "--eval-len", "3",
+                     "--eval-every", "5", "--n-val", "64", "--n-test", "64", "--test-lens", "3", "--device", "cpu",
+                     "--out", str(tmp_path), "--quiet"])
+    assert rc == 0
+    res = json.loads((tmp_path / "results.json").read_text())
+    hist = res["history"]
+    assert hist[-1]["train_loss"] < 0.75 * hist[0]["train_loss"]
+    assert res["best_val_acc"] > 0.4
+
+
+def test_cli_end_to_end_writes_json_and_checkpoints(tmp_path, capsys):
+    out = tmp_path / "run"
+    rc = train.main(["parity", "--model", "norope", "--d-model", "16", "--d-state", "16", "--headdim", "8",
+                     "--steps", "3", "--batch", "8", "--max-len", "5:9", "--stages", "2", "--eval-len", "16",
+                     "--n-val", "16", "--n-test", "16", "--test-lens", "8", "--device", "cpu", "--out", str(out)])
+    assert rc == 0
+    res = json.loads((out / "results.json").read_text())
+    assert res["task"] == "parity" and res["model"] == "norope" and set(res["test"]) == {"8", "16"}
+    assert 0.0 <= res["best_val_acc"] <= 1.0 and res["versions"]["torch"] == torch.__version__
+    for name in ("checkpoint_best.pt", "checkpoint_last.pt"):
+        model = train.load_checkpoint(out / name)
+        assert model.config["variant"] == "norope"
+    assert "| norope |" in capsys.readouterr().out
+
+
+def test_sweep_dry_run_and_summarize(tmp_path, capsys):
+    rc = train.main(["sweep", "parity", "--models", "mamba3,norope", "--out", str(tmp_path), "--dry-run",
+                     "--steps", "5"])
+    assert rc == 0
+    cmds = [l for l in capsys.readouterr().out.splitlines() if "mamba3.tasks train parity" in l]
+    assert len(cmds) == 2 * 2 * 8 and all("--steps 5" in c for c in cmds)
+    # summarize picks the best validation accuracy per (task, model)
+    for lr, acc in ((1e-3, 0.7), (1e-2, 0.9)):
+        d = tmp_path / f"r{lr}"
+        d.mkdir()
+        (d / "results.json").write_text(json.dumps({
+            "task": "parity", "model": "mamba3", "d_model": 32, "eval_len": 256, "lr": lr, "layers": 1, "seed": 0, "steps": 5,
+            "best_val_acc": acc, "best_val_scaled": 2 * acc - 1, "test_scaled_at_eval_len": 0.5, "best_step": 5,
+            "test": {"256": {"length": 256, "acc": acc, "scaled": 2 * acc - 1}}, "versions": {}, "machine": {},
+            "command": "", "args": {"max_len": "40:160"}}))
+    md = train.summarize(tmp_path)
+    assert "| parity | mamba3 | 2 | 256 | 80.00 |" in md
+    assert (tmp_path / "summary.json").exists()
+
+
+def test_usage_errors():
+    assert train.main([]) == 2
+    assert train.main(["nonsense"]) == 2

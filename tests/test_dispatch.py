@@ -1,0 +1,56 @@
+"""CPU tests of mamba3.dispatch and mamba3.testing.errors (no GPU, no Triton compile)."""
+
+import math
+
+import pytest
+import torch
+
+from mamba3 import dispatch
+from mamba3.testing import assert_rel_close, rel_frobenius
+
+
+def test_parse_arch_and_arch_spec():
+    assert [dispatch.parse_arch(s) for s in ("sm_89", "89", "sm_90a", "SM_120", "8.6", 100)] == [89, 89, 90, 120, 86, 100]
+    with pytest.raises(ValueError):
+        dispatch.parse_arch("ampere")
+    spec = dispatch.arch_spec("sm_86")
+    assert spec == dispatch.DeviceSpec("sm_86", 86, 101_376, None)
+    with pytest.raises(ValueError, match="sm_80, sm_86"):
+        dispatch.arch_spec(122)
+    assert set(dispatch.CI_ARCHS) <= set(dispatch.OPTIN_SMEM) and 122 not in dispatch.OPTIN_SMEM
+
+
+def test_op_configs_missing_vs_broken(monkeypatch, tmp_path):
+    monkeypatch.setitem(dispatch.OPS, "nothing", "mamba3.ops.does_not_exist.configs")
+    assert dispatch.op_configs("nothing") is None
+    (tmp_path / "mamba3_broken_configs.py").write_text("import mamba3_no_such_dependency\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setitem(dispatch.OPS, "broken", "mamba3_broken_configs")
+    with pytest.raises(ModuleNotFoundError, match="mamba3_no_such_dependency"):
+        dispatch.op_configs("broken")  # an existing configs module that fails to import is a bug: surface it
+
+
+def test_backend_for_cpu():
+    assert dispatch.backend_for(torch.zeros(1)) == "reference"
+
+
+def test_rel_frobenius():
+    ref = torch.tensor([3.0, 4.0])
+    assert rel_frobenius(ref, ref) == 0.0
+    assert math.isclose(rel_frobenius(ref + torch.tensor([0.0, 0.5]), ref), 0.1)
+    assert rel_frobenius(torch.tensor([1.0, 0.0]), torch.zeros(2)) == 1.0  # zero reference: absolute norm
+    assert math.isnan(rel_frobenius(torch.tensor([float("nan"), 0.0]), ref))
+    with pytest.raises(ValueError, match="shape"):
+        rel_frobenius(torch.zeros(3), torch.zeros(2))
+
+
+def test_assert_rel_close_message():
+    ref = torch.ones(2, 3, dtype=torch.float64)
+    assert assert_rel_close("ok", ref.float(), ref, 1e-6) == 0.0
+    with pytest.raises(AssertionError) as e:
+        assert_rel_close("dq", ref.float() * 1.1, ref, 1e-3)
+    msg = str(e.value)
+    for part in ("dq", "1.000e-01", "tol 1.0e-03", "(2, 3)", "torch.float32", "max abs error 1.000e-01"):
+        assert part in msg, (part, msg)
+    with pytest.raises(AssertionError):
+        assert_rel_close("nan", torch.full((2,), float("nan")), torch.ones(2), 1.0)
