@@ -25,6 +25,7 @@ import triton.language as tl
 
 from ..common.tiles import (add_bias_pairs, chunk_scalars, join_pairs, load_pairs, rotation_tile, split_pairs,
                             store_pairs)
+from .fwd import rotated_qk_block
 
 
 @triton.jit(do_not_specialize=["T", "NB_B", "sd_n"])
@@ -57,7 +58,6 @@ def bwd_dv_kernel(q_ptr, k_ptr, v_ptr, z_ptr, do_ptr, dv_ptr, dz_ptr, qb_ptr, kb
     ecs = tl.exp(cs)
     t = t0 + i
     p = pb * BP + tl.arange(0, BP)
-    BH: tl.constexpr = BN // 2
     qrow = bidx * sq_b + t * sq_t + g * N
     arow = bidx * sa_b + t * sa_t + h * sa_h
     acc_qk = tl.zeros([C, C], dtype=tl.float32)
@@ -67,16 +67,9 @@ def bwd_dv_kernel(q_ptr, k_ptr, v_ptr, z_ptr, do_ptr, dv_ptr, dz_ptr, qb_ptr, kb
     sdot = tl.zeros([BP], dtype=tl.float32)
     sbase = (c * H + h) * P * N
     for nb in range(N // BN):
-        pa = nb * BH + tl.arange(0, BH)
-        qe, qo = load_pairs(q_ptr, qrow, m, nb * BN, C, BN)
-        ke, ko = load_pairs(k_ptr, qrow, m, nb * BN, C, BN)
-        if HAS_BIAS:
-            qe, qo = add_bias_pairs(qe, qo, qb_ptr + h * N, nb * BN, BN)
-            ke, ko = add_bias_pairs(ke, ko, kb_ptr + h * N, nb * BN, BN)
-        qk += tl.sum(qe * ke + qo * ko, 1)
-        si, co = rotation_tile(ang_ptr, arow, m, dt, off_ptr + (c * H + h) * A, pa, A, C, BH)
-        qr = join_pairs(qe * co - qo * si, qe * si + qo * co, C, BN).to(DOT_DT)
-        kk = (join_pairs(ke * co - ko * si, ke * si + ko * co, C, BN) * scale[:, None]).to(DOT_DT)
+        qr, kk, qk_block = rotated_qk_block(q_ptr, k_ptr, qb_ptr, kb_ptr, ang_ptr, off_ptr + (c * H + h) * A, qrow,
+                                            arow, m, dt, scale, nb, h * N, A, C, BN, HAS_BIAS, DOT_DT)
+        qk += qk_block
         n = nb * BN + tl.arange(0, BN)
         s = tl.load(st_ptr + sbase + p[:, None] * N + n[None, :])  # [BP, BN] fp32
         dse = tl.load(dst_ptr + sbase + p[:, None] * N + n[None, :])

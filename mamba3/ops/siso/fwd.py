@@ -103,6 +103,23 @@ def chunk_state_kernel(x_ptr, z_ptr, k_ptr, kb_ptr, adt_ptr, dt_ptr, trap_ptr, a
         tl.store(st_ptr + (c * H + h) * P * N + p[:, None] * N + n[None, :], s_loc)
 
 
+@triton.jit
+def rotated_qk_block(q_ptr, k_ptr, qb_ptr, kb_ptr, ang_ptr, off_ptr, qrow, arow, m, dt, scale, nb, bias_off, A,
+                     C: tl.constexpr, BN: tl.constexpr, HAS_BIAS: tl.constexpr, DOT_DT: tl.constexpr):
+    """N block ``nb`` of a chunk's rows: q̃ and k̃·scale as dot operands [C, BN] in DOT_DT, and the block's part
+    of the unrotated biased q·k [C] in fp32 (equal to q̃·k̃: both rotate by the same θ_t)."""
+    BH: tl.constexpr = BN // 2
+    qe, qo = load_pairs(q_ptr, qrow, m, nb * BN, C, BN)
+    ke, ko = load_pairs(k_ptr, qrow, m, nb * BN, C, BN)
+    if HAS_BIAS:
+        qe, qo = add_bias_pairs(qe, qo, qb_ptr + bias_off, nb * BN, BN)
+        ke, ko = add_bias_pairs(ke, ko, kb_ptr + bias_off, nb * BN, BN)
+    si, co = rotation_tile(ang_ptr, arow, m, dt, off_ptr, nb * BH + tl.arange(0, BH), A, C, BH)
+    qr = join_pairs(qe * co - qo * si, qe * si + qo * co, C, BN).to(DOT_DT)
+    kk = (join_pairs(ke * co - ko * si, ke * si + ko * co, C, BN) * scale[:, None]).to(DOT_DT)
+    return qr, kk, tl.sum(qe * ke + qo * ko, 1)
+
+
 @triton.jit(do_not_specialize=["T"])
 def output_kernel(q_ptr, k_ptr, v_ptr, z_ptr, o_ptr, qb_ptr, kb_ptr, d_ptr, adt_ptr, dt_ptr, trap_ptr, ang_ptr,
                   off_ptr, st_ptr, table_ptr, T, sq_t, sv_t, sa_t, sa_h, H, HPG, A,
@@ -127,23 +144,15 @@ def output_kernel(q_ptr, k_ptr, v_ptr, z_ptr, o_ptr, qb_ptr, kb_ptr, d_ptr, adt_
                                                        t_end, C)
     t = t0 + i
     p = pb * BP + tl.arange(0, BP)
-    BH: tl.constexpr = BN // 2
     qrow = bidx * sq_b + t * sq_t + g * N
     arow = bidx * sa_b + t * sa_t + h * sa_h
     acc_qk = tl.zeros([C, C], dtype=tl.float32)
     acc_qs = tl.zeros([C, BP], dtype=tl.float32)
     qk = tl.zeros([C], dtype=tl.float32)
     for nb in range(N // BN):
-        pa = nb * BH + tl.arange(0, BH)
-        qe, qo = load_pairs(q_ptr, qrow, m, nb * BN, C, BN)
-        ke, ko = load_pairs(k_ptr, qrow, m, nb * BN, C, BN)
-        if HAS_BIAS:
-            qe, qo = add_bias_pairs(qe, qo, qb_ptr + h * N, nb * BN, BN)
-            ke, ko = add_bias_pairs(ke, ko, kb_ptr + h * N, nb * BN, BN)
-        qk += tl.sum(qe * ke + qo * ko, 1)
-        si, co = rotation_tile(ang_ptr, arow, m, dt, off_ptr + (c * H + h) * A, pa, A, C, BH)
-        qr = join_pairs(qe * co - qo * si, qe * si + qo * co, C, BN).to(DOT_DT)
-        kk = (join_pairs(ke * co - ko * si, ke * si + ko * co, C, BN) * scale[:, None]).to(DOT_DT)
+        qr, kk, qk_block = rotated_qk_block(q_ptr, k_ptr, qb_ptr, kb_ptr, ang_ptr, off_ptr + (c * H + h) * A, qrow,
+                                            arow, m, dt, scale, nb, h * N, A, C, BN, HAS_BIAS, DOT_DT)
+        qk += qk_block
         n = nb * BN + tl.arange(0, BN)
         s = tl.load(st_ptr + (c * H + h) * P * N + p[:, None] * N + n[None, :]).to(DOT_DT)  # [BP, BN]
         acc_qk += tl.dot(qr, tl.trans(kk), input_precision=PREC)
