@@ -3,7 +3,7 @@
 Shapes (issue 4): bf16, H=32, G=1, N=128, P=64, R=4, chunk 16, with D and Z (and mimo_out):
 B=8, T=4096 and the same tokens as one sequence, B=1, T=32768.
 
-    PYTHONPATH=. python3 benchmarks/bench_mimo.py benchmarks/results/mimo_h200.json
+    PYTHONPATH=. python3 benchmarks/bench_mimo.py --out benchmarks/results/mimo_h200.json
 
 Writes JSON and markdown (same path with .md). Targets (H200): forward ≤ 2.1 ms, forward+backward ≤ 8.4 ms,
 first forward+backward (cold compile) ≤ 60 s.
@@ -31,7 +31,7 @@ def make_args(bsz, seqlen, nheads=32, ngroups=1, dstate=128, headdim=64, rank=4,
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("out", nargs="?", default="benchmarks/results/mimo.json")
+    ap.add_argument("--out", default="benchmarks/results/mimo.json", help="JSON path; a .md table is written beside it")
     ap.add_argument("--quick", action="store_true", help="fewer repetitions")
     ap.add_argument("--sweep", action="store_true",
                     help="also time config variants (state chunk length, backward tile) at B=8, T=4096")

@@ -59,9 +59,16 @@ def main():
     shape = dict(B=8, T=4096, H=32, G=1, N=128, P=64, A=32) if a.shape == "B8" else \
         dict(B=1, T=32768, H=32, G=1, N=128, P=64, A=32)
     variants = [
-        SisoConfig(chunk=64, bn=64, bp=64, warps_chunk=8, warps_bwd=8, stages=1, state_block=256),
-        SisoConfig(chunk=64, bn=64, bp=64, warps_chunk=4, warps_bwd=4, stages=1, state_block=256),
-        SisoConfig(chunk=64, bn=64, bp=32, warps_chunk=4, warps_bwd=8, stages=1, state_block=256),
+        SisoConfig(chunk=64, bn=64, bp=64, warps_chunk=4, warps_bwd=8, stages=1),   # the current default
+        SisoConfig(chunk=64, bn=64, bp=64, warps_chunk=8, warps_bwd=8, stages=1),
+        SisoConfig(chunk=64, bn=64, bp=64, warps_chunk=4, warps_bwd=4, stages=1),
+        SisoConfig(chunk=64, bn=32, bp=64, warps_chunk=4, warps_bwd=4, stages=1),
+        SisoConfig(chunk=64, bn=64, bp=32, warps_chunk=4, warps_bwd=8, stages=1),
+        SisoConfig(chunk=32, bn=64, bp=64, warps_chunk=4, warps_bwd=4, stages=1),
+        SisoConfig(chunk=32, bn=64, bp=64, warps_chunk=2, warps_bwd=4, stages=1),
+        SisoConfig(chunk=32, bn=32, bp=64, warps_chunk=4, warps_bwd=4, stages=1),
+        SisoConfig(chunk=64, bn=64, bp=64, warps_chunk=4, warps_bwd=8, stages=1, state_block=512),
+        SisoConfig(chunk=64, bn=64, bp=64, warps_chunk=4, warps_bwd=8, stages=1, state_block=1024),
     ]
     res = []
     for i, cfg in enumerate(variants):

@@ -122,14 +122,16 @@ def test_finetuning_smoke(is_mimo, small_smem, monkeypatch):
 
 @pytest.mark.parametrize("is_mimo", [False, True], ids=["siso", "mimo"])
 def test_compiled_decode_step_matches_eager(is_mimo):
-    m = layer(CFGS["mimo4" if is_mimo else "siso"], dtype=torch.bfloat16)
-    u = torch.randn(16, 6, 256, device=DEV, dtype=torch.bfloat16)
+    """fp32, so that the comparison is tight: Inductor may fuse the projections around the step kernel
+    differently from eager, which in bf16 moves single elements by an ulp (0.03 at magnitude 4)."""
+    m = layer(CFGS["mimo4" if is_mimo else "siso"])
+    u = torch.randn(16, 6, 256, device=DEV)
     step = torch.compile(m.step, fullgraph=True)
     c1, c2 = m.allocate_inference_cache(16, 6), m.allocate_inference_cache(16, 6)
     with torch.no_grad():
         for t in range(6):
             a = m.step(u[:, t:t + 1], c1)
             b = step(u[:, t:t + 1], c2)
-            torch.testing.assert_close(a, b, rtol=2e-2, atol=2e-2)
-    for s1, s2 in zip(c1, c2):
-        torch.testing.assert_close(s1, s2, rtol=1e-4, atol=1e-4)
+            assert_rel_close(f"step {t}", b, a, 1e-5)
+    for n, s1, s2 in zip(("angle", "ssm", "k", "v"), m._op_states(c1), m._op_states(c2)):
+        assert_rel_close(f"{n} state", s2, s1, 1e-5)

@@ -99,6 +99,7 @@ def _run_config(cfg, dt, N, P):
 
 def _ids(cases):
     return [f"{dt}-N{N}-P{P}-C{cfg.chunk}-bn{cfg.bn}-bp{cfg.bp}-w{cfg.warps_chunk}/{cfg.warps_bwd}-s{cfg.stages}"
+            f"{'' if cfg.half_dots or dt == 'fp32' else '-f32dots'}"
             for cfg, dt, N, P, _ in cases]
 
 

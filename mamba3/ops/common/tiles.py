@@ -14,6 +14,8 @@ Contract: every helper works on one chunk of one (sequence, head): rows ``i = 0.
                       carries local-memory arrays for the huge-argument path and costs registers/occupancy).
 * ``join_pairs``      (even, odd) C×K halves → the interleaved C×2K tile (adjacent pairs), for dot operands.
 * ``split_pairs``     the inverse.
+* ``split16``         an fp32 tile as hi + lo 16-bit tiles (hi = x rounded, lo = the rounded remainder): a dot of
+                      hi·hi + hi·lo + lo·hi carries ~16 mantissa bits instead of 8 (bf16), on tensor cores.
 """
 from __future__ import annotations
 
@@ -120,3 +122,9 @@ def join_pairs(e, o, R: tl.constexpr, K2: tl.constexpr):
 @triton.jit
 def split_pairs(x, R: tl.constexpr, K: tl.constexpr):
     return tl.split(tl.reshape(x, (R, K, 2)))
+
+
+@triton.jit
+def split16(x, DT: tl.constexpr):
+    hi = x.to(DT)
+    return hi, (x - hi.to(tl.float32)).to(DT)

@@ -10,7 +10,8 @@ Why these tiles
   fewer, larger chunks are faster; the C×C tiles at 64 still fit easily. Chunks 16 and 32 are accepted when the
   caller asks (smaller footprint, same kernels).
 * warps: 4 for the chunk-state and output kernels (64×64 fp32 accumulators = 32 registers/thread at 128 threads),
-  8 for the two backward kernels (three C×bp / C×C accumulators live at once).
+  8 for the two backward kernels at chunk 64 with bp ≥ 32 and bn = 64 (three C×bp / C×C accumulators live at
+  once), else 4 (see ``choose_config``: Triton 3.6 miscompiles 64×16 tiles at 8 warps on Hopper).
 * num_stages = 1 everywhere: the loops over N/P blocks are 1–4 iterations (nothing to pipeline), and Blackwell
   (sm_100/sm_120) must not pipeline (the official kernel saw num_stages > 1 corrupt outputs there).
 * state_block = 256: the state-passing pass walks the chunks of a sequence sequentially; small slabs give
@@ -50,6 +51,9 @@ class SisoConfig:
     warps_bwd: int  # bwd_dv_kernel and bwd_dqk_kernel
     stages: int  # num_stages for every kernel (1: short loops; required on Blackwell)
     state_block: int = 256  # elements of the P×N state per state-passing program (more programs in flight)
+    # 16-bit inputs: True feeds 16-bit tensor-core dots with interleaved (re-joined) pair tiles; False runs the
+    # fp32 inputs' path (fp32 operands on even/odd halves, IEEE dots). See choose_config for when each is used.
+    half_dots: bool = True
 
     def as_dict(self):
         return asdict(self)
@@ -69,8 +73,17 @@ def choose_config(spec: DeviceSpec, problem: SisoProblem) -> SisoConfig:
     order = [want] if want is not None else [64, 32, 16]
     for chunk in order:
         if _SMEM_NEED[chunk] <= spec.smem_optin:
-            warps_bwd = 8 if chunk == 64 else 4  # fewer rows: 4 warps already cover the C×bp tiles
-            return SisoConfig(chunk=chunk, bn=bn, bp=bp, warps_chunk=4, warps_bwd=warps_bwd, stages=1)
+            # 8 warps only for 64-row chunks with bp ≥ 32 and bn = 64 (three C×bp / C×C accumulators live at once);
+            # fewer rows or narrower tiles: 4 warps already cover them. 64-row × 16-column tiles at 8 warps are
+            # miscompiled by Triton 3.6 on Hopper (MIMO's output and dv kernels fault or return wrong values there,
+            # measured on the H200; the interpreter runs the same tiles exactly), so they are never chosen.
+            warps_bwd = 8 if chunk == 64 and bp >= 32 and bn >= 64 else 4
+            # 16-bit dots only on the 64×64 (bn × bp) tiles verified on the H200 (Triton 3.6). With narrower
+            # tiles the interleaved-pair path returned wrong outputs or dq (N = 16, 32, 256 with P = 16/32), or
+            # faulted (N = 32, P = 16), in bf16 and fp16, while the interpreter ran the same tiles exactly and the
+            # fp32 path was right at every N and P; those shapes take the fp32 path (slower dots, exact results).
+            return SisoConfig(chunk=chunk, bn=bn, bp=bp, warps_chunk=4, warps_bwd=warps_bwd, stages=1,
+                              half_dots=bn == 64 and bp == 64)
     raise RuntimeError(
         f"no SISO configuration fits {spec.name} (sm_{spec.arch}): shared-memory opt-in limit "
         f"{spec.smem_optin} B, but chunk {order[-1]} needs about {_SMEM_NEED[order[-1]]} B")

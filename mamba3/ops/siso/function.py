@@ -60,7 +60,7 @@ class _Ctx:
         self.shared = angles.dim() == 3
         self.cfg = _CONFIG_OVERRIDE or choose_config(_spec(v), problem_for(q, v, chunk_size))
         self.chunks = make_chunks(B, T, self.cfg.chunk, cu_seqlens, v.device)
-        self.dot_dt = _TL[v.dtype] if v.dtype != torch.float32 else tl.float32
+        self.dot_dt = _TL[v.dtype] if v.dtype != torch.float32 and self.cfg.half_dots else tl.float32
         self.prec = "tf32" if precision == "tf32" else "ieee"
         if N % 2 or N < 16 or (N & (N - 1)) or P < 16 or (P & (P - 1)):
             raise ValueError(f"SISO Triton kernels need N and P powers of two ≥ 16, got N={N}, P={P}")

@@ -11,8 +11,10 @@ Rotation: dimension n of x is rotated with its partner dimension p(n) by θ_j(n)
   half split (MIMO):     j = n mod N/2, p(n) = n ± N/2, − for n < N/2;
 dimensions with j ≥ A pass through. The partner values are loaded by a gather from global memory (q, k and
 the biases are read-only here), so any N (even) and any tile split work. θ is recomputed per dimension from
-the old angle state with the same arithmetic as the stored new angle, so they agree bit for bit; the angle
-state is written after the N loop, when no tile reads it any more.
+the old angle state with the same arithmetic as the stored new angle, so they agree bit for bit. In-place
+updates are separated from the reads of the old values by barriers: a 1-D row (k̃, θ, v) is held by several
+threads, and Triton orders a store after a load of the same address only within one thread. The new k̃ of a
+tile is stored after the barrier that follows its state update; θ and v after the N loop and a barrier.
 
 Everything is computed in fp32 whatever the input dtype; states are loaded and stored in their own dtype.
 No host synchronisation, no data-dependent allocation: the launch is CUDA-graph capturable, and
@@ -132,20 +134,28 @@ def mamba3_step_kernel(
             state = alpha * state
             for r in tl.static_range(R):
                 k_rot = _rotated(k_row + r * stride_kr, kb_ptr + (h * R + r) * N, nn, pn, nmask, c, s)
-                kptr = sk_row + r * stride_skr + nn
-                k_old = tl.load(kptr, mask=nmask, other=0.0).to(tl.float32)
-                tl.store(kptr, k_rot.to(sk_ptr.dtype.element_ty), mask=nmask)
+                k_old = tl.load(sk_row + r * stride_skr + nn, mask=nmask, other=0.0).to(tl.float32)
                 if HAS_PSI:
                     psi = tl.load(mv_ptr + (h * R + r) * P + pp, mask=pmask, other=0.0).to(tl.float32)
                     state += (u_new * psi)[:, None] * k_rot[None, :] + (u_old * psi)[:, None] * k_old[None, :]
                 else:
                     state += u_new[:, None] * k_rot[None, :] + u_old[:, None] * k_old[None, :]
             tl.store(hptr, state.to(ss_ptr.dtype.element_ty), mask=hmask)
+            # A [BLOCK_N] row is replicated over several threads: without a barrier one thread could store the
+            # new k̃ before another has loaded the old one (a race seen on the H200 at 8 warps: MIMO decode off by
+            # 1e-2, and eager and compiled steps disagreeing). Every thread has its k_old once it passes here.
+            tl.debug_barrier()
+            for r in tl.static_range(R):
+                k_rot = _rotated(k_row + r * stride_kr, kb_ptr + (h * R + r) * N, nn, pn, nmask, c, s)
+                tl.store(sk_row + r * stride_skr + nn, k_rot.to(sk_ptr.dtype.element_ty), mask=nmask)
             for r in tl.static_range(R):
                 q_rot = _rotated(q_row + r * stride_qr, qb_ptr + (h * R + r) * N, nn, pn, nmask, c, s)
                 y_r = tl.sum(state * q_rot[None, :], axis=1)
                 y += tl.where(rr[:, None] == r, y_r[None, :], 0.0)
 
+        # the old angle and v states are read by every thread (θ per tile above, v_prev before the loop): no
+        # thread may overwrite them before all have read them
+        tl.debug_barrier()
         tl.store(sa_row + jj, th_new.to(sa_ptr.dtype.element_ty), mask=jmask)
         tl.store(sv_row + pp, v.to(sv_ptr.dtype.element_ty), mask=pmask)
 
