@@ -1,8 +1,9 @@
 """GPU lane: one illegal memory access makes the process's CUDA context unusable, and every later test in the
 same process would fail with the same error, hiding which test caused it. After each test we synchronize; if the
 context is gone, the process ends (under pytest-xdist the worker is replaced, so the remaining tests still run
-in a fresh context; without xdist the session stops). Run with CUDA_LAUNCH_BLOCKING=1 (scripts/gpu_suite.sh
-does) so that the faulting launch is reported by the test that made it."""
+in a fresh context; without xdist the session stops). A kernel fault surfaces at the test's own next
+synchronisation at the latest (here), so it is charged to the test that launched it; CUDA_LAUNCH_BLOCKING=1 also
+names the faulting launch in the traceback."""
 import os
 import sys
 
