@@ -1,28 +1,41 @@
 #!/usr/bin/env bash
 # The whole GPU verification in one call: `info`, every GPU test, the parity demo on the GPU, every benchmark.
 # Usage (repository root, on a CUDA machine): OUT=/some/dir bash scripts/gpu_suite.sh [pytest args...]
-# Writes info.txt, gpu_tests.log, demo.log and the benchmarks' JSON + markdown under $OUT. About 8 minutes on
-# an H200 with an empty Triton cache (the test lane is compile-bound: 8 pytest-xdist workers share the GPU).
+# Writes info.txt, gpu_tests.log, demo.log and the benchmarks' JSON + markdown under $OUT. About 9 minutes on
+# an H200 with an empty Triton cache (the test lane is compile-bound: 12 pytest-xdist workers share the GPU);
+# PARTS="tests" / "demo bench" runs a subset (e.g. to split the suite over two 10-minute device calls);
+# BUNDLE=1 packs everything into $OUT/gpu_suite.tgz (for transports that return only a few files).
 set -uo pipefail
 OUT=${OUT:-gpu_results}
 TEST_TIMEOUT=${TEST_TIMEOUT:-600}
+PARTS=${PARTS:-tests demo bench}
+has() { [[ " $PARTS " == *" $1 "* ]]; }
 mkdir -p "$OUT"
 export PYTHONPATH=.${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 status=0
 python3 -m mamba3 info > "$OUT/info.txt" 2>&1 || status=1
 # tests/gpu/conftest.py replaces a worker whose CUDA context an illegal access destroyed, so one faulting kernel
 # fails only its own test. SIGINT at the time limit still prints pytest's summary.
-XDIST=$(python3 -c 'import xdist' 2>/dev/null && echo "-n 8")
-timeout -s INT "$TEST_TIMEOUT" python3 -m pytest tests/gpu -q -ra -p no:cacheprovider $XDIST "$@" \
-  > "$OUT/gpu_tests.log" 2>&1 || status=1
-tail -n 3 "$OUT/gpu_tests.log"
-# training through the kernels: the CPU demo's configuration, Mamba-3 only, on the GPU
-timeout 120 python3 -m mamba3 train demo --models mamba3 --device cuda --quiet --out "$OUT/demo_runs" \
-  > "$OUT/demo.log" 2>&1 || status=1
-rm -rf "$OUT/demo_runs"
-tail -n 4 "$OUT/demo.log"
-for bench in siso mimo step; do
-  timeout 120 python3 "benchmarks/bench_$bench.py" --out "$OUT/$bench.json" > "$OUT/bench_$bench.log" 2>&1 || status=1
-  cat "$OUT/$bench.md" 2>/dev/null || tail -n 5 "$OUT/bench_$bench.log"
-done
+if has tests; then
+  XDIST=$(python3 -c 'import xdist' 2>/dev/null && echo "-n 12")
+  timeout -s INT "$TEST_TIMEOUT" python3 -m pytest tests/gpu -q -ra -p no:cacheprovider $XDIST "$@" \
+    > "$OUT/gpu_tests.log" 2>&1 || status=1
+  tail -n 3 "$OUT/gpu_tests.log"
+fi
+if has demo; then  # training through the kernels: the CPU demo's configuration, Mamba-3 only, on the GPU
+  timeout 120 python3 -m mamba3 train demo --models mamba3 --device cuda --quiet --out "$OUT/demo_runs" \
+    > "$OUT/demo.log" 2>&1 || status=1
+  rm -rf "$OUT/demo_runs"
+  tail -n 4 "$OUT/demo.log"
+fi
+if has bench; then
+  for bench in siso mimo step; do
+    timeout 120 python3 "benchmarks/bench_$bench.py" --out "$OUT/$bench.json" > "$OUT/bench_$bench.log" 2>&1 \
+      || status=1
+    cat "$OUT/$bench.md" 2>/dev/null || tail -n 5 "$OUT/bench_$bench.log"
+  done
+fi
+if [ -n "${BUNDLE:-}" ]; then
+  tar czf "$OUT.tgz" -C "$(dirname "$OUT")" "$(basename "$OUT")" && rm -rf "${OUT:?}"/* && mv "$OUT.tgz" "$OUT/gpu_suite.tgz"
+fi
 exit $status
