@@ -132,6 +132,7 @@ def mamba3_step_kernel(
             s = tl.where(rot, tl.sin(th), 0.0) * sign
 
             state = alpha * state
+            k_new = tl.zeros((BLOCK_R, BLOCK_N), dtype=tl.float32)  # this tile's new k̃ rows, stored below
             for r in tl.static_range(R):
                 k_rot = _rotated(k_row + r * stride_kr, kb_ptr + (h * R + r) * N, nn, pn, nmask, c, s)
                 k_old = tl.load(sk_row + r * stride_skr + nn, mask=nmask, other=0.0).to(tl.float32)
@@ -140,14 +141,14 @@ def mamba3_step_kernel(
                     state += (u_new * psi)[:, None] * k_rot[None, :] + (u_old * psi)[:, None] * k_old[None, :]
                 else:
                     state += u_new[:, None] * k_rot[None, :] + u_old[:, None] * k_old[None, :]
+                k_new = tl.where(rr[:, None] == r, k_rot[None, :], k_new)
             tl.store(hptr, state.to(ss_ptr.dtype.element_ty), mask=hmask)
             # A [BLOCK_N] row is replicated over several threads: without a barrier one thread could store the
             # new k̃ before another has loaded the old one (a race seen on the H200 at 8 warps: MIMO decode off by
             # 1e-2, and eager and compiled steps disagreeing). Every thread has its k_old once it passes here.
             tl.debug_barrier()
-            for r in tl.static_range(R):
-                k_rot = _rotated(k_row + r * stride_kr, kb_ptr + (h * R + r) * N, nn, pn, nmask, c, s)
-                tl.store(sk_row + r * stride_skr + nn, k_rot.to(sk_ptr.dtype.element_ty), mask=nmask)
+            tl.store(sk_row + rr[:, None] * stride_skr + nn[None, :], k_new.to(sk_ptr.dtype.element_ty),
+                     mask=rmask[:, None] & nmask[None, :])
             for r in tl.static_range(R):
                 q_rot = _rotated(q_row + r * stride_qr, qb_ptr + (h * R + r) * N, nn, pn, nmask, c, s)
                 y_r = tl.sum(state * q_rot[None, :], axis=1)
