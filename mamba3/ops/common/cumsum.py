@@ -27,7 +27,7 @@ import triton.language as tl
 
 from .chunking import Chunks
 from .launch import launch
-from .tiles import tanh_sech2
+from .tiles import chunk_row, tanh_sech2
 
 TWO_PI = 2.0 * math.pi
 
@@ -42,9 +42,7 @@ def chunk_sums_kernel(adt_ptr, dt_ptr, ang_ptr, gsum_ptr, asum_ptr, table_ptr,
     pid = tl.program_id(0).to(tl.int64)  # chunk-major, head fastest (DRAM locality of (B, T, H, A) angles)
     c = pid // H
     h = pid % H
-    bidx = tl.load(table_ptr + c * 5 + 0).to(tl.int64)
-    t0 = tl.load(table_ptr + c * 5 + 1).to(tl.int64)
-    L = tl.load(table_ptr + c * 5 + 2)
+    bidx, t0, L, _ = chunk_row(table_ptr, c)
     i = tl.arange(0, C)
     m = i < L
     base = bidx * s_b + h * s_h + t0
@@ -112,9 +110,7 @@ def angle_bwd_kernel(ang_ptr, dt_ptr, r_ptr, dlater_ptr, dang_ptr, ddt_ptr, tabl
     else:
         c = pid // H
         hp = pid % H
-    bidx = tl.load(table_ptr + c * 5 + 0).to(tl.int64)
-    t0 = tl.load(table_ptr + c * 5 + 1).to(tl.int64)
-    L = tl.load(table_ptr + c * 5 + 2)
+    bidx, t0, L, _ = chunk_row(table_ptr, c)
     i = tl.arange(0, C)
     m = i < L
     pa = tl.arange(0, BA)

@@ -3,6 +3,8 @@
 Contract: every helper works on one chunk of one (sequence, head): rows ``i = 0..C-1`` are the chunk's tokens
 (``i < L`` valid; invalid rows load zeros so they contribute nothing). Everything is fp32.
 
+* ``chunk_row``       the (batch row, first time index, length, end of sequence) of chunk ``c`` from the chunk
+                      table (layout: ``common.chunking``).
 * ``chunk_scalars``   a_t, dt_t, λ_t = σ(trap_t), γ_t = λ_t·dt_t, scale_t = γ_t + dt_{t+1}(1−λ_{t+1}) (0 when t is the
                       sequence's last token), and the within-chunk cumsum cs_t = Σ_{r≤t} a_r.
 * ``theta_tile``      θ (C × BA) = offset[c] + within-chunk cumsum of π·tanh(φ)·dt for the angle columns ``pa``
@@ -23,6 +25,15 @@ import triton
 import triton.language as tl
 
 PI = tl.constexpr(3.141592653589793)
+
+
+@triton.jit
+def chunk_row(table_ptr, c):
+    """Row ``c`` of the (nchunks, 5) int32 chunk table [bidx, t0, L, seq, t_end]: (bidx, t0, L, t_end), the
+    token offsets widened to int64."""
+    row = table_ptr + c * 5
+    return (tl.load(row + 0).to(tl.int64), tl.load(row + 1).to(tl.int64), tl.load(row + 2),
+            tl.load(row + 4).to(tl.int64))
 
 
 @triton.jit

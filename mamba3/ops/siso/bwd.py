@@ -23,8 +23,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from ..common.tiles import (add_bias_pairs, chunk_scalars, join_pairs, load_pairs, rotation_tile, split16,
-                            split_pairs, store_pairs)
+from ..common.tiles import (add_bias_pairs, chunk_row, chunk_scalars, join_pairs, load_pairs, rotation_tile,
+                            split16, split_pairs, store_pairs)
 from .fwd import rotated_qk_block
 
 
@@ -46,10 +46,7 @@ def bwd_dv_kernel(q_ptr, k_ptr, v_ptr, z_ptr, do_ptr, dv_ptr, dz_ptr, qb_ptr, kb
     pb = pid % (P // BP)
     c = pid // (P // BP) // H
     h = pid // (P // BP) % H
-    bidx = tl.load(table_ptr + c * 5 + 0).to(tl.int64)
-    t0 = tl.load(table_ptr + c * 5 + 1).to(tl.int64)
-    L = tl.load(table_ptr + c * 5 + 2)
-    t_end = tl.load(table_ptr + c * 5 + 4).to(tl.int64)
+    bidx, t0, L, t_end = chunk_row(table_ptr, c)
     g = h // HPG
     i, m, a, dt, lam, gamma, scale, cs = chunk_scalars(adt_ptr, dt_ptr, trap_ptr, bidx * s_b + h * s_h, t0, L,
                                                        t_end, C)
@@ -148,10 +145,7 @@ def bwd_dqk_kernel(q_ptr, k_ptr, v_ptr, z_ptr, do_ptr, dq_ptr, dk_ptr, qb_ptr, k
     g = rest % (H // HPG)
     c = rest // (H // HPG)
     HPP = HPG // HS
-    bidx = tl.load(table_ptr + c * 5 + 0).to(tl.int64)
-    t0 = tl.load(table_ptr + c * 5 + 1).to(tl.int64)
-    L = tl.load(table_ptr + c * 5 + 2)
-    t_end = tl.load(table_ptr + c * 5 + 4).to(tl.int64)
+    bidx, t0, L, t_end = chunk_row(table_ptr, c)
     BH: tl.constexpr = BN // 2
     i = tl.arange(0, C)
     m = i < L

@@ -26,7 +26,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ..common.tiles import add_bias_pairs, chunk_scalars, join_pairs, load_pairs, rotation_tile
+from ..common.tiles import add_bias_pairs, chunk_row, chunk_scalars, join_pairs, load_pairs, rotation_tile
 
 
 @triton.jit(do_not_specialize=["T"])
@@ -49,10 +49,7 @@ def chunk_state_kernel(x_ptr, z_ptr, k_ptr, kb_ptr, adt_ptr, dt_ptr, trap_ptr, a
     pb = j % (P // BP)
     c = pid // ((N // BN) * (P // BP)) // H
     h = pid // ((N // BN) * (P // BP)) % H
-    bidx = tl.load(table_ptr + c * 5 + 0).to(tl.int64)
-    t0 = tl.load(table_ptr + c * 5 + 1).to(tl.int64)
-    L = tl.load(table_ptr + c * 5 + 2)
-    t_end = tl.load(table_ptr + c * 5 + 4).to(tl.int64)
+    bidx, t0, L, t_end = chunk_row(table_ptr, c)
     g = h // HPG
     i, m, a, dt, lam, gamma, scale, cs = chunk_scalars(adt_ptr, dt_ptr, trap_ptr, bidx * s_b + h * s_h, t0, L,
                                                        t_end, C)
@@ -135,10 +132,7 @@ def output_kernel(q_ptr, k_ptr, v_ptr, z_ptr, o_ptr, qb_ptr, kb_ptr, d_ptr, adt_
     pb = pid % (P // BP)
     c = pid // (P // BP) // H
     h = pid // (P // BP) % H
-    bidx = tl.load(table_ptr + c * 5 + 0).to(tl.int64)
-    t0 = tl.load(table_ptr + c * 5 + 1).to(tl.int64)
-    L = tl.load(table_ptr + c * 5 + 2)
-    t_end = tl.load(table_ptr + c * 5 + 4).to(tl.int64)
+    bidx, t0, L, t_end = chunk_row(table_ptr, c)
     g = h // HPG
     i, m, a, dt, lam, gamma, scale, cs = chunk_scalars(adt_ptr, dt_ptr, trap_ptr, bidx * s_b + h * s_h, t0, L,
                                                        t_end, C)
