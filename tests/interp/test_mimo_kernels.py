@@ -20,6 +20,7 @@ def _check(dtype, chunk_size=8, config=None, **kw):
 
     errs = compare(mimo_inputs(dtype=dtype, **kw), chunk_size=chunk_size, config=config)
     assert_within_contract(errs, dtype)
+    print(", ".join(f"{k}={e:.2e}" for k, e in errs.items()))
     return errs
 
 

@@ -19,6 +19,9 @@ CASES = {
     "bf16-T70-states": (dict(dtype=torch.bfloat16, T=70, states=True), 16),
     "bf16-varlen-gqa-shared": (dict(dtype=torch.bfloat16, B=1, T=37, H=4, G=1, cu=[0, 17, 18, 37], shared=True), 16),
     "fp16-T33": (dict(dtype=torch.float16, T=33, B=1), 16),
+    # N = P = 64: the dispatcher's 16-bit-dot path (interleaved pairs, split q̃/k̃ in bwd_dqk); smaller N or P
+    # take the fp32 path (the cases above)
+    "bf16-N64-P64-16bit-dots": (dict(dtype=torch.bfloat16, T=40, B=1, N=64, P=64, A=16, states=True), 16),
     # H/G = 16: bwd_dqk splits the group's heads over 8 programs, 2 heads each (fp32 partials summed on the host)
     "fp32-gqa-H16-G1-headsplit": (dict(T=17, B=1, H=16, G=1, states=True), 16),
 }
