@@ -80,9 +80,10 @@ def main():
         chosen = choose_config(None, StepProblem(args.headdim, args.dstate, R))
         configs = [chosen]
         if not args.no_sweep:
-            for bn in (32, 64, 128):
-                for w in (2, 4, 8):
-                    c = StepConfig(block_n=min(bn, 1 << (args.dstate - 1).bit_length()), num_warps=w)
+            full_n = 1 << (args.dstate - 1).bit_length()
+            for bp in (8, 16, 32):
+                for w in (1, 2, 4):
+                    c = StepConfig(block_p=bp, block_n=min(128, full_n), num_warps=w, rows_warps=chosen.rows_warps)
                     if c not in configs:
                         configs.append(c)
         for cfg in configs:
@@ -92,7 +93,7 @@ def main():
             ms = float(triton.testing.do_bench_cudagraph(fn, rep=200, return_mode="median"))
             tbps = nbytes / ms / 1e9
             row = dict(op=mode, rank=R, batch=args.batch, nheads=args.nheads, headdim=args.headdim,
-                       dstate=args.dstate, block_n=cfg.block_n, num_warps=cfg.num_warps,
+                       dstate=args.dstate, block_p=cfg.block_p, block_n=cfg.block_n, num_warps=cfg.num_warps,
                        chosen=cfg == chosen, ms=ms, MB=nbytes / 1e6, TBps=tbps, frac_of_copy=tbps / copy_bw)
             if cfg == chosen and siso:
                 siso_ms = ms

@@ -76,8 +76,13 @@ def test_step_kernel_matches_reference(case):
 @pytest.mark.parametrize("siso", [True, False], ids=["siso", "mimo"])
 def test_state_streamed_in_several_n_tiles(siso):
     x = make(2, 2, 1, 8, 32, 1 if siso else 2, 8, torch.float32, siso, seed=2)
-    check(*both(x, siso, config=StepConfig(block_n=8, num_warps=1)), 1e-5)     # 4 tiles, half-split partners
-                                                                                # live in other tiles
+    # 2 P tiles × 4 N tiles per head: half-split partners live in other N tiles
+    check(*both(x, siso, config=StepConfig(block_p=4, block_n=8, num_warps=1)), 1e-5)
+
+
+def test_ragged_p_tiles():
+    x = make(2, 2, 1, 12, 16, 2, 4, torch.float32, False, seed=7, per_rank=True)
+    check(*both(x, False, config=StepConfig(block_p=8, block_n=16, num_warps=1)), 1e-5)   # 8 + 4 valid rows
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)

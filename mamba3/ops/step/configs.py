@@ -1,13 +1,16 @@
-"""Configurations of the decode-step kernel, the dispatcher's choice, and the launches the AOT lane compiles.
+"""Configurations of the decode-step kernels, the dispatcher's choice, and the launches the AOT lane compiles.
 
 The step is pure bandwidth: per (batch row, head) it reads and writes the fp32 (P × N) state once and
-everything else is tiny. One program owns one (row, head) (see kernel.py for why P is not split), and streams
-its state in tiles of all P rows × BLOCK_N columns. The tile is sized to ~8K fp32 values (32 KiB in
-registers: 32 per thread at 8 warps), large enough that each program keeps many 16-byte loads in flight and
-small enough not to spill; the warp count keeps ~32 values per thread for smaller tiles. Nothing is staged
-through shared memory on purpose (only the small reductions of y = h'q̃ and the RMSNorm use it), so the
-kernel fits every architecture's budget with room to spare, and num_stages stays 1 (the N loop has at most
-a few iterations; there is nothing to pipeline).
+everything else is tiny. The state kernel splits P over programs (see kernel.py for why that is race-free) and
+streams each program's BLOCK_P rows in tiles of BLOCK_P × BLOCK_N. Small tiles in many programs are what hides
+the memory latency: each resident program keeps its whole tile's loads in flight, and the more programs an SM
+holds, the more of them are loading while others compute. The tile is ~2K fp32 values in as few warps as
+registers allow: every warp repeats the per-column work (θ', cos/sin, the q̃/k̃ gathers) for its rows, so
+fewer warps per tile are cheaper (H200, bench_step.py, 16 × 128 tiles: SISO 1 / 2 / 4 / 8 warps 0.154 /
+0.159 / 0.161 / 0.239 ms; MIMO R = 4: 0.279 / 0.294 / 0.475 / 0.555). Nothing is staged through shared
+memory on purpose (only the small reductions of y = h'q̃ and the RMSNorm use it), so the kernels fit every
+architecture's budget with room to spare, and num_stages stays 1 (the N loop has at most a few iterations and
+prefetches its next tile by hand).
 """
 from __future__ import annotations
 
@@ -15,7 +18,7 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-TILE_ELEMS = 8192          # fp32 state values per tile (all P rows × BLOCK_N columns)
+TILE_ELEMS = 2048          # fp32 state values per program tile (BLOCK_P rows × BLOCK_N columns)
 
 
 def next_pow2(x: int) -> int:
@@ -24,9 +27,11 @@ def next_pow2(x: int) -> int:
 
 @dataclass(frozen=True)
 class StepConfig:
+    block_p: int           # state rows per program (power of two); all of P when the fused RMSNorm needs it
     block_n: int           # state columns per tile (power of two)
     num_warps: int         # 1..8: about 32 tile values per thread
-    num_stages: int = 1    # nothing to pipeline
+    num_stages: int = 1    # the N loop prefetches by hand
+    rows_warps: int = 1    # the small-state kernel (θ', k̃, v of one row and head)
 
 
 @dataclass(frozen=True)
@@ -34,22 +39,32 @@ class StepProblem:
     headdim: int           # P
     dstate: int            # N
     rank: int = 1          # R (1 = SISO)
+    rms_norm: bool = False  # the fused RMSNorm over P needs all of P in one program
 
 
 def choose_config(spec, problem: StepProblem) -> StepConfig:
-    """The tile for a problem (the same on every architecture: registers only, a few KiB of shared memory)."""
+    """The tiles for a problem (the same on every architecture: registers only, a few KiB of shared memory)."""
     if not 1 <= problem.headdim <= 256:
-        raise ValueError(f"step kernel: headdim P={problem.headdim} is outside 1..256 (the whole P column of the "
-                         "state is one register tile)")
+        raise ValueError(f"step kernel: headdim P={problem.headdim} is outside 1..256")
     if problem.dstate < 2 or problem.dstate % 2:
         raise ValueError(f"step kernel: d_state N={problem.dstate} must be even and ≥ 2")
-    block_p = next_pow2(problem.headdim)
-    # MIMO keeps R rotated k̃/q̃ rows and the rank loop live next to the tile: halve the tile (AOT: the full
-    # 8K tile at R = 4 hits the 128-register cap of 8 warps on sm_90 and spills)
-    tile = TILE_ELEMS if problem.rank == 1 else TILE_ELEMS // 2
-    block_n = min(next_pow2(problem.dstate), max(16, tile // block_p))
-    num_warps = max(1, min(8, block_p * block_n // (1024 if problem.rank == 1 else 512)))
-    return StepConfig(block_n=block_n, num_warps=num_warps)
+    full_p, full_n = next_pow2(problem.headdim), next_pow2(problem.dstate)
+    # Tile values per thread: 32, fewer where more per-column vectors stay live (ranks > 4) or one program holds
+    # all of P (RMSNorm), else ptxas spills (AOT, sm_90: R = 8 at 16 × 64 × 4 warps 12 B; RMSNorm at 64 × 32 ×
+    # 2 warps 24 B).
+    if problem.rms_norm:
+        block_p, per_thread = full_p, 16
+        block_n = min(full_n, max(16, TILE_ELEMS // block_p))
+    elif problem.rank > 4:
+        block_p, block_n, per_thread = min(full_p, 8), min(full_n, 64), 8
+    else:                               # 16 rows × 128 columns (512-byte rows): 4 programs per head at P = 64
+        block_p, block_n = min(full_p, 16), min(full_n, 128)
+        # SISO with one N tile: 64 values per thread (1 warp for 16 × 128); a prefetched second tile (N = 256)
+        # or MIMO's rank vectors: 32 (AOT, sm_90: MIMO R = 4 at 1 warp spills 4 B)
+        per_thread = 64 if problem.rank == 1 and block_n == full_n else 32
+    num_warps = max(1, min(8, block_p * block_n // (32 * per_thread)))
+    rows_warps = max(1, min(4, problem.rank * full_n // 256))
+    return StepConfig(block_p=block_p, block_n=block_n, num_warps=num_warps, rows_warps=rows_warps)
 
 
 # Representative problems compiled by the AOT lane: every tile shape the chooser produces for the supported
@@ -68,8 +83,8 @@ _AOT_PROBLEMS = [
 
 
 def _example(P, N, R, dtype, mode, bsz=4, nheads=8):
-    """CPU tensors shaped like a real call (dtype and alignment are what matter for compilation)."""
-    from .launch import build_launch
+    """The launches of a call with CPU tensors shaped like a real one (dtype and alignment matter to compiling)."""
+    from .launch import build_launches
 
     siso = mode == "siso"
     A = N // 4
@@ -87,26 +102,27 @@ def _example(P, N, R, dtype, mode, bsz=4, nheads=8):
     states = (torch.empty(bsz, nheads, A, dtype=f32), torch.empty(bsz, nheads, P, N, dtype=f32),
               torch.empty(bsz, R, nheads, N, dtype=f32), torch.empty(bsz, nheads, P, dtype=dtype))
     norm = mode == "mimo_norm"
-    return build_launch(q, k, v, adt, dt, trap, qb, kb, mimo, mimo, None if mode == "mimo_per_rank" else mimo,
-                        angles, D, z, *states, None, norm, torch.empty(nheads, P, dtype=f32) if norm else None,
-                        1e-5, siso=siso, config=choose_config(None, StepProblem(P, N, R)))
+    launches, _out = build_launches(q, k, v, adt, dt, trap, qb, kb, mimo, mimo,
+                                    None if mode == "mimo_per_rank" else mimo, angles, D, z, *states, None, norm,
+                                    torch.empty(nheads, P, dtype=f32) if norm else None, 1e-5, siso=siso)
+    return launches
 
 
 def aot_launches(arch: int):
     from ...testing.aot import KernelLaunch
 
-    launches = []
+    out = []
     for name, P, N, R, dtype, mode in _AOT_PROBLEMS:
-        kernel, args, meta, _grid, _out = _example(P, N, R, dtype, mode)
-        launches.append(KernelLaunch(name=f"mamba3_step_kernel[{name}]", kernel=kernel, args=args, meta=meta))
-    return launches
+        for kernel, args, meta, _grid in _example(P, N, R, dtype, mode):
+            out.append(KernelLaunch(name=f"{kernel.__name__}[{name}]", kernel=kernel, args=args, meta=meta))
+    return out
 
 
 def describe(spec):
     out = []
     for name, P, N, R, dtype, mode in _AOT_PROBLEMS:
-        cfg = choose_config(spec, StepProblem(P, N, R))
-        out.append({"kernel": "mamba3_step_kernel", "config": asdict(cfg),
+        cfg = choose_config(spec, StepProblem(P, N, R, rms_norm=mode == "mimo_norm"))
+        out.append({"kernel": "mamba3_step_kernel + mamba3_step_rows_kernel", "config": asdict(cfg),
                     "problem": {"name": name, "headdim": P, "dstate": N, "rank": R, "dtype": str(dtype),
                                 "mode": mode}})
     return out

@@ -1,30 +1,36 @@
-"""Triton kernel of the one-token decode step (SISO and MIMO), states updated in place.
+"""Triton kernels of the one-token decode step (SISO and MIMO), states updated in place.
 
-One program per (batch row, head). It owns the whole (P × N) fp32 state of that head, so reading the previous
-k̃/v/θ and writing the new ones cannot race with another program (splitting P across programs would: every P
-tile needs the old k̃ and θ that another tile may already have overwritten). The state is streamed in N tiles
-of BLOCK_N columns × all P rows; the outputs y_r = h' q̃_r accumulate over the tiles, so the output stage
-(RMSNorm over P, gate, rank contraction) runs once at the end on complete rows.
+Two launches, so that no program ever reads a value another program may already have overwritten:
+
+* ``mamba3_step_kernel`` — grid (batch row, head, P tile). Streams its BLOCK_P rows of the fp32 (P × N) state
+  in tiles of BLOCK_P × BLOCK_N, updates them in place and accumulates the outputs y_r = h' q̃_r over the tiles;
+  the output stage (D, RMSNorm over P, gate, rank contraction) runs once at the end on complete rows. It only
+  *reads* the small k̃/θ/v states, so the state can be split over P into many small programs: the step is pure
+  bandwidth, and many small programs in flight per SM are what hides the memory latency (one program per
+  (row, head) owning all of P reached ~70 % of the copy bandwidth on the H200).
+* ``mamba3_step_rows_kernel`` — grid (batch row, head), launched after it: writes the new angle state θ', the
+  new rotated k̃ rows and v. It reads the old θ before overwriting it: a row is replicated over threads, so a
+  barrier separates the loads from the stores (Triton orders a store after a load of the same address only
+  within one thread).
 
 Rotation: dimension n of x is rotated with its partner dimension p(n) by θ_j(n):
   adjacent pairs (SISO): j = n // 2, p(n) = n xor 1, x'[n] = x[n]·cos θ_j ∓ x[p(n)]·sin θ_j (− for even n);
   half split (MIMO):     j = n mod N/2, p(n) = n ± N/2, − for n < N/2;
 dimensions with j ≥ A pass through. The partner values are loaded by a gather from global memory (q, k and
-the biases are read-only here), so any N (even) and any tile split work. θ is recomputed per dimension from
-the old angle state with the same arithmetic as the stored new angle, so they agree bit for bit. In-place
-updates are separated from the reads of the old values by barriers: a 1-D row (k̃, θ, v) is held by several
-threads, and Triton orders a store after a load of the same address only within one thread. The new k̃ of a
-tile is stored after the barrier that follows its state update; θ and v after the N loop and a barrier.
+the biases are read-only), so any N (even) and any tile split work. Both kernels compute θ' with the same
+helper from the old angle state, so the angles used for q̃/k̃ and the stored θ' agree bit for bit.
 
 Everything is computed in fp32 whatever the input dtype; states are loaded and stored in their own dtype.
-No host synchronisation, no data-dependent allocation: the launch is CUDA-graph capturable, and
-``state_batch_indices`` (loaded in the kernel) may change between graph replays. A negative index skips the
+No host synchronisation, no data-dependent allocation: the launches are CUDA-graph capturable, and
+``state_batch_indices`` (loaded in the kernels) may change between graph replays. A negative index skips the
 row (output zeros, states untouched), like a padded slot in a serving engine.
 """
 from __future__ import annotations
 
 import triton
 import triton.language as tl
+
+from ..common.tiles import sincos
 
 PI = tl.constexpr(3.141592653589793)
 TWO_PI = tl.constexpr(6.283185307179586)
@@ -39,18 +45,48 @@ def _wrap(th):
 
 
 @triton.jit
-def _tanh(x):
-    return 2.0 * tl.sigmoid(2.0 * x) - 1.0
+def _new_angle(sa_row, ang_row, j, mask, dt):
+    """θ'_j = (θ_j + π·tanh(φ_j)·dt) mod 2π from the old angle state row and the angle rates row."""
+    th = tl.load(sa_row + j, mask=mask, other=0.0).to(tl.float32)
+    rate = tl.load(ang_row + j, mask=mask, other=0.0).to(tl.float32)
+    return _wrap(th + PI * (2.0 * tl.sigmoid(2.0 * rate) - 1.0) * dt)
+
+
+@triton.jit
+def _rotation(sa_row, ang_row, nn, dt, N: tl.constexpr, A, ADJACENT: tl.constexpr):
+    """(partner dimension, cos, signed sin) rotating the dimensions nn by θ'."""
+    nmask = nn < N
+    if ADJACENT:
+        j = nn // 2
+        partner = nn ^ 1
+        sign = tl.where((nn % 2) == 0, -1.0, 1.0)
+    else:
+        first = nn < N // 2
+        j = tl.where(first, nn, nn - N // 2)
+        partner = tl.where(first, nn + N // 2, nn - N // 2)
+        sign = tl.where(first, -1.0, 1.0)
+    rot = (j < A) & nmask
+    si, co = sincos(_new_angle(sa_row, ang_row, j, rot, dt))   # θ' ∈ [0, 2π): the short polynomial suffices
+    return partner, tl.where(rot, co, 1.0), tl.where(rot, si, 0.0) * sign
 
 
 @triton.jit
 def _rotated(x_ptr, b_ptr, nn, pn, nmask, c, s):
-    """R(θ)(x + b) on the dimensions nn, from x and the bias at nn and at the partners pn."""
+    """R(θ)(x + b) on the dimensions nn (any shape), from x and the bias at nn and at the partners pn."""
     x = (tl.load(x_ptr + nn, mask=nmask, other=0.0).to(tl.float32)
          + tl.load(b_ptr + nn, mask=nmask, other=0.0).to(tl.float32))
     xp = (tl.load(x_ptr + pn, mask=nmask, other=0.0).to(tl.float32)
           + tl.load(b_ptr + pn, mask=nmask, other=0.0).to(tl.float32))
     return x * c + xp * s
+
+
+@triton.jit
+def _state_row(sbi_ptr, b, HAS_SBI: tl.constexpr):
+    """The state row of batch row b (negative: a padded slot)."""
+    if HAS_SBI:
+        return tl.load(sbi_ptr + b).to(tl.int64)
+    else:
+        return b.to(tl.int64)
 
 
 @triton.jit
@@ -65,74 +101,60 @@ def mamba3_step_kernel(
     H, heads_per_group, P, A, norm_eps,
     N: tl.constexpr,
     R: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr,
-    BLOCK_A: tl.constexpr, ADJACENT: tl.constexpr, HAS_SBI: tl.constexpr, HAS_D: tl.constexpr,
+    ADJACENT: tl.constexpr, HAS_SBI: tl.constexpr, HAS_D: tl.constexpr,
     HAS_Z: tl.constexpr, HAS_PSI: tl.constexpr, HAS_ZETA: tl.constexpr, HAS_PHI: tl.constexpr,
     PER_RANK: tl.constexpr, RMS_NORM: tl.constexpr, HAS_NW: tl.constexpr,
 ):
     b = tl.program_id(0)
     h = tl.program_id(1)
-    if HAS_SBI:
-        srow = tl.load(sbi_ptr + b).to(tl.int64)
-    else:
-        srow = b.to(tl.int64)
+    srow = _state_row(sbi_ptr, b, HAS_SBI)
     b = b.to(tl.int64)
-    pp = tl.arange(0, BLOCK_P)
+    pp = tl.program_id(2) * BLOCK_P + tl.arange(0, BLOCK_P)
     pmask = pp < P
     rr = tl.arange(0, BLOCK_R)
-    rmask = rr < R
+    # (P, R) orientation of the rank outputs: a row reduction of the state tile lands in it without a layout change
+    rp = (h * R + rr[None, :]) * P + pp[:, None]
+    rpmask = pmask[:, None] & (rr < R)[None, :]
     if srow >= 0:
         g = h // heads_per_group
-        a = tl.load(adt_ptr + b * H + h).to(tl.float32)
-        dt = tl.load(dt_ptr + b * H + h).to(tl.float32)
-        lam = tl.sigmoid(tl.load(trap_ptr + b * H + h).to(tl.float32))
-        alpha = tl.exp(a)
-        gamma = lam * dt
-        beta = (1.0 - lam) * dt * alpha
-
-        sa_row = sa_ptr + srow * stride_sab + h * stride_sah
-        ang_row = ang_ptr + b * stride_angb + h * stride_angh
         ss_row = ss_ptr + srow * stride_ssb + h * stride_ssh
+        sa_row = sa_ptr + srow * stride_sab + h * stride_sah
         sk_row = sk_ptr + srow * stride_skb + h * stride_skh
+        ang_row = ang_ptr + b * stride_angb + h * stride_angh
         q_row = q_ptr + b * stride_qb + g * stride_qg
         k_row = k_ptr + b * stride_kb + g * stride_kg
-
-        # new angles θ'_j for j < A (stored after the N loop)
-        jj = tl.arange(0, BLOCK_A)
-        jmask = jj < A
-        th_new = _wrap(tl.load(sa_row + jj, mask=jmask, other=0.0).to(tl.float32)
-                       + PI * _tanh(tl.load(ang_row + jj, mask=jmask, other=0.0).to(tl.float32)) * dt)
-
+        # The loads nothing else waits for are issued before any arithmetic, the state tile first (warps issue
+        # in order: an early use of a loaded value would hold back every load behind it).
+        nn = tl.arange(0, BLOCK_N)
+        hmask = pmask[:, None] & (nn < N)[None, :]
+        state = tl.load(ss_row + pp[:, None] * stride_ssp + nn[None, :], mask=hmask, other=0.0,
+                        eviction_policy="evict_first")
+        a = tl.load(adt_ptr + b * H + h)
+        dt = tl.load(dt_ptr + b * H + h)
+        trap = tl.load(trap_ptr + b * H + h)
         v = tl.load(v_ptr + b * stride_vb + h * stride_vh + pp, mask=pmask, other=0.0).to(tl.float32)
-        sv_row = sv_ptr + srow * stride_svb + h * stride_svh
-        vprev = tl.load(sv_row + pp, mask=pmask, other=0.0).to(tl.float32)
-        u_new = gamma * v
-        u_old = beta * vprev
+        vprev = tl.load(sv_ptr + srow * stride_svb + h * stride_svh + pp, mask=pmask, other=0.0).to(tl.float32)
+        if HAS_Z:
+            zz = tl.load(z_ptr + b * stride_zb + h * stride_zh + pp, mask=pmask, other=0.0).to(tl.float32)
+        if HAS_D:
+            Dh = tl.load(D_ptr + h).to(tl.float32)
 
-        y = tl.zeros((BLOCK_R, BLOCK_P), dtype=tl.float32)
+        dt = dt.to(tl.float32)
+        lam = tl.sigmoid(trap.to(tl.float32))
+        alpha = tl.exp(a.to(tl.float32))
+        u_new = (lam * dt) * v                      # γ v
+        u_old = ((1.0 - lam) * dt * alpha) * vprev  # β v_prev
+
+        y = tl.zeros((BLOCK_P, BLOCK_R), dtype=tl.float32)
         for n0 in range(0, N, BLOCK_N):
             nn = n0 + tl.arange(0, BLOCK_N)
             nmask = nn < N
-            hmask = pmask[:, None] & nmask[None, :]
             hptr = ss_row + pp[:, None] * stride_ssp + nn[None, :]
-            state = tl.load(hptr, mask=hmask, other=0.0).to(tl.float32)     # issue the big load first
-            if ADJACENT:
-                j = nn // 2
-                pn = nn ^ 1
-                sign = tl.where((nn % 2) == 0, -1.0, 1.0)
-            else:
-                half = N // 2
-                first = nn < half
-                j = tl.where(first, nn, nn - half)
-                pn = tl.where(first, nn + half, nn - half)
-                sign = tl.where(first, -1.0, 1.0)
-            rot = (j < A) & nmask
-            th = _wrap(tl.load(sa_row + j, mask=rot, other=0.0).to(tl.float32)
-                       + PI * _tanh(tl.load(ang_row + j, mask=rot, other=0.0).to(tl.float32)) * dt)
-            c = tl.where(rot, tl.cos(th), 1.0)
-            s = tl.where(rot, tl.sin(th), 0.0) * sign
-
-            state = alpha * state
-            k_new = tl.zeros((BLOCK_R, BLOCK_N), dtype=tl.float32)  # this tile's new k̃ rows, stored below
+            if N > BLOCK_N:  # prefetch the next tile (masked off after the last one) while this one is updated
+                state_next = tl.load(hptr + BLOCK_N, mask=pmask[:, None] & (nn + BLOCK_N < N)[None, :],
+                                     other=0.0, eviction_policy="evict_first")
+            pn, c, s = _rotation(sa_row, ang_row, nn, dt, N, A, ADJACENT)
+            state = alpha * state.to(tl.float32)
             for r in tl.static_range(R):
                 k_rot = _rotated(k_row + r * stride_kr, kb_ptr + (h * R + r) * N, nn, pn, nmask, c, s)
                 k_old = tl.load(sk_row + r * stride_skr + nn, mask=nmask, other=0.0).to(tl.float32)
@@ -141,60 +163,83 @@ def mamba3_step_kernel(
                     state += (u_new * psi)[:, None] * k_rot[None, :] + (u_old * psi)[:, None] * k_old[None, :]
                 else:
                     state += u_new[:, None] * k_rot[None, :] + u_old[:, None] * k_old[None, :]
-                k_new = tl.where(rr[:, None] == r, k_rot[None, :], k_new)
-            tl.store(hptr, state.to(ss_ptr.dtype.element_ty), mask=hmask)
-            # A [BLOCK_N] row is replicated over several threads: without a barrier one thread could store the
-            # new k̃ before another has loaded the old one (a race seen on the H200 at 8 warps: MIMO decode off by
-            # 1e-2, and eager and compiled steps disagreeing). Every thread has its k_old once it passes here.
-            tl.debug_barrier()
-            tl.store(sk_row + rr[:, None] * stride_skr + nn[None, :], k_new.to(sk_ptr.dtype.element_ty),
-                     mask=rmask[:, None] & nmask[None, :])
+            # y before the store: the q loads can then be hoisted (no load moves above a possibly aliasing store)
             for r in tl.static_range(R):
                 q_rot = _rotated(q_row + r * stride_qr, qb_ptr + (h * R + r) * N, nn, pn, nmask, c, s)
-                y_r = tl.sum(state * q_rot[None, :], axis=1)
-                y += tl.where(rr[:, None] == r, y_r[None, :], 0.0)
+                y += tl.where(rr[None, :] == r, tl.sum(state * q_rot[None, :], axis=1)[:, None], 0.0)
+            tl.store(hptr, state.to(ss_ptr.dtype.element_ty), mask=hmask, eviction_policy="evict_first")
+            if N > BLOCK_N:
+                state = state_next
+                hmask = pmask[:, None] & (nn + BLOCK_N < N)[None, :]
 
-        # the old angle and v states are read by every thread (θ per tile above, v_prev before the loop): no
-        # thread may overwrite them before all have read them
-        tl.debug_barrier()
-        tl.store(sa_row + jj, th_new.to(sa_ptr.dtype.element_ty), mask=jmask)
-        tl.store(sv_row + pp, v.to(sv_ptr.dtype.element_ty), mask=pmask)
-
-        # output stage on complete rows y (R × P)
-        rp = (h * R + rr[:, None]) * P + pp[None, :]
-        rpmask = rmask[:, None] & pmask[None, :]
+        # output stage on complete rows: y is (P, R)
         if HAS_D:
-            Dh = tl.load(D_ptr + h).to(tl.float32)
             if HAS_PSI:
-                y += Dh * v[None, :] * tl.load(mv_ptr + rp, mask=rpmask, other=0.0).to(tl.float32)
+                y += Dh * v[:, None] * tl.load(mv_ptr + rp, mask=rpmask, other=0.0).to(tl.float32)
             else:
-                y += Dh * v[None, :]
+                y += Dh * v[:, None]
         y = tl.where(rpmask, y, 0.0)
-        if RMS_NORM:
-            ms = tl.sum(y * y, axis=1) / P
-            y = y * tl.rsqrt(ms + norm_eps)[:, None]
+        if RMS_NORM:  # the launcher makes one P tile hold all of P
+            ms = tl.sum(y * y, axis=0) / P
+            y = y * tl.rsqrt(ms + norm_eps)[None, :]
             if HAS_NW:
-                y = y * tl.load(nw_ptr + h * P + pp, mask=pmask, other=0.0).to(tl.float32)[None, :]
+                y = y * tl.load(nw_ptr + h * P + pp, mask=pmask, other=0.0).to(tl.float32)[:, None]
         if HAS_Z:
-            zz = tl.load(z_ptr + b * stride_zb + h * stride_zh + pp, mask=pmask, other=0.0).to(tl.float32)
             if HAS_ZETA:
-                gate = zz[None, :] * tl.load(mz_ptr + rp, mask=rpmask, other=0.0).to(tl.float32)
+                gate = zz[:, None] * tl.load(mz_ptr + rp, mask=rpmask, other=0.0).to(tl.float32)
             else:
-                gate = zz[None, :] + tl.zeros((BLOCK_R, BLOCK_P), dtype=tl.float32)
+                gate = zz[:, None] + tl.zeros((BLOCK_P, BLOCK_R), dtype=tl.float32)
             y = y * gate * tl.sigmoid(gate)
         if PER_RANK:
-            optr = out_ptr + ((b * R + rr[:, None]) * H + h) * P + pp[None, :]
+            optr = out_ptr + ((b * R + rr[None, :]) * H + h) * P + pp[:, None]
             tl.store(optr, y.to(out_ptr.dtype.element_ty), mask=rpmask)
         else:
             if HAS_PHI:
                 y = y * tl.load(mo_ptr + rp, mask=rpmask, other=0.0).to(tl.float32)
-            o = tl.sum(y, axis=0)
-            tl.store(out_ptr + (b * H + h) * P + pp, o.to(out_ptr.dtype.element_ty), mask=pmask)
+            tl.store(out_ptr + (b * H + h) * P + pp, tl.sum(y, axis=1).to(out_ptr.dtype.element_ty), mask=pmask)
     else:
         if PER_RANK:
-            optr = out_ptr + ((b * R + rr[:, None]) * H + h) * P + pp[None, :]
-            tl.store(optr, tl.zeros((BLOCK_R, BLOCK_P), dtype=out_ptr.dtype.element_ty),
-                     mask=rmask[:, None] & pmask[None, :])
+            optr = out_ptr + ((b * R + rr[None, :]) * H + h) * P + pp[:, None]
+            tl.store(optr, tl.zeros((BLOCK_P, BLOCK_R), dtype=out_ptr.dtype.element_ty), mask=rpmask)
         else:
             tl.store(out_ptr + (b * H + h) * P + pp, tl.zeros((BLOCK_P,), dtype=out_ptr.dtype.element_ty),
                      mask=pmask)
+
+
+@triton.jit
+def mamba3_step_rows_kernel(
+    k_ptr, v_ptr, dt_ptr, ang_ptr, kb_ptr, sa_ptr, sk_ptr, sv_ptr, sbi_ptr,
+    stride_kb, stride_kr, stride_kg, stride_vb, stride_vh, stride_angb, stride_angh,
+    stride_sab, stride_sah, stride_skb, stride_skr, stride_skh, stride_svb, stride_svh,
+    H, heads_per_group, P, A,
+    N: tl.constexpr, R: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr,
+    BLOCK_A: tl.constexpr, ADJACENT: tl.constexpr, HAS_SBI: tl.constexpr,
+):
+    """The new small states of one (row, head): θ' (A), k̃ (R × N) and v (P), after mamba3_step_kernel."""
+    b = tl.program_id(0)
+    h = tl.program_id(1)
+    srow = _state_row(sbi_ptr, b, HAS_SBI)
+    b = b.to(tl.int64)
+    if srow >= 0:
+        g = h // heads_per_group
+        sa_row = sa_ptr + srow * stride_sab + h * stride_sah
+        ang_row = ang_ptr + b * stride_angb + h * stride_angh
+        dt = tl.load(dt_ptr + b * H + h).to(tl.float32)
+        jj = tl.arange(0, BLOCK_A)
+        th_new = _new_angle(sa_row, ang_row, jj, jj < A, dt)
+        nn = tl.arange(0, BLOCK_N)
+        nmask = nn < N
+        pn, c, s = _rotation(sa_row, ang_row, nn, dt, N, A, ADJACENT)
+        rr = tl.arange(0, BLOCK_R)
+        rnmask = (rr < R)[:, None] & nmask[None, :]
+        k_new = _rotated(k_ptr + b * stride_kb + g * stride_kg + rr[:, None] * stride_kr,
+                         kb_ptr + (h * R + rr[:, None]) * N, nn[None, :], pn[None, :], rnmask, c[None, :],
+                         s[None, :])
+        pp = tl.arange(0, BLOCK_P)
+        v = tl.load(v_ptr + b * stride_vb + h * stride_vh + pp, mask=pp < P)
+        # every thread has read the old θ it needs before any thread overwrites it
+        tl.debug_barrier()
+        tl.store(sa_row + jj, th_new.to(sa_ptr.dtype.element_ty), mask=jj < A)
+        tl.store(sk_ptr + srow * stride_skb + h * stride_skh + rr[:, None] * stride_skr + nn[None, :],
+                 k_new.to(sk_ptr.dtype.element_ty), mask=rnmask)
+        tl.store(sv_ptr + srow * stride_svb + h * stride_svh + pp, v.to(sv_ptr.dtype.element_ty), mask=pp < P)

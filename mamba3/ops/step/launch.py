@@ -1,4 +1,4 @@
-"""Host side of the Triton decode step: argument preparation and the launch (no host synchronisation)."""
+"""Host side of the Triton decode step: argument preparation and the two launches (no host synchronisation)."""
 from __future__ import annotations
 
 import torch
@@ -10,10 +10,10 @@ def _lastdim_contiguous(x):
     return x if x is None or x.stride(-1) == 1 else x.contiguous()
 
 
-def build_launch(q, k, v, adt, dt, trap, q_bias, k_bias, mimo_v, mimo_z, mimo_out, angles, D, z,
-                 angle_state, ssm_state, k_state, v_state, state_batch_indices, rms_norm, norm_weight, norm_eps,
-                 *, siso, config=None, out=None):
-    """(kernel, args, meta, grid, out) of one step launch, in the rank-expanded layout of reference.py.
+def build_launches(q, k, v, adt, dt, trap, q_bias, k_bias, mimo_v, mimo_z, mimo_out, angles, D, z,
+                   angle_state, ssm_state, k_state, v_state, state_batch_indices, rms_norm, norm_weight, norm_eps,
+                   *, siso, config=None, out=None):
+    """([(kernel, args, meta, grid)] in launch order, out) of one step, in the rank-expanded layout of reference.py.
 
     siso=True: adjacent-pair rotation, output (B, H, P); else half-split rotation, output (B, H, P), or
     (B, R, H, P) when mimo_out is None.
@@ -21,7 +21,7 @@ def build_launch(q, k, v, adt, dt, trap, q_bias, k_bias, mimo_v, mimo_z, mimo_ou
     Inputs only need a unit stride in their last dimension (other strides are passed); small per-head tensors
     are made contiguous. States are used in place and must have a unit last-dimension stride.
     """
-    from .kernel import mamba3_step_kernel
+    from .kernel import mamba3_step_kernel, mamba3_step_rows_kernel
 
     bsz, nheads, headdim = v.shape
     rank, ngroups, dstate = q.shape[1], q.shape[2], q.shape[3]
@@ -40,19 +40,22 @@ def build_launch(q, k, v, adt, dt, trap, q_bias, k_bias, mimo_v, mimo_z, mimo_ou
         shape = (bsz, rank, nheads, headdim) if per_rank else (bsz, nheads, headdim)
         out = torch.empty(shape, device=v.device, dtype=v.dtype)
     if config is None:
-        config = choose_config(None, StepProblem(headdim, dstate, rank))
+        config = choose_config(None, StepProblem(headdim, dstate, rank, rms_norm=bool(rms_norm)))
+    if rms_norm and config.block_p < headdim:
+        raise ValueError(f"step kernel: the fused RMSNorm needs all of P={headdim} in one program, "
+                         f"got block_p={config.block_p}")
     if angles.dim() == 2:
         stride_angb, stride_angh = angles.stride(0), 0
     else:
         stride_angb, stride_angh = angles.stride(0), angles.stride(1)
+    sbi = state_batch_indices if state_batch_indices is not None else v   # a dummy pointer when absent
     dummy = v
-    args = (
+    state_args = (
         q, k, v, z if z is not None else dummy, adt, dt, trap, angles,
         q_bias, k_bias, D if D is not None else dummy, mimo_v if mimo_v is not None else dummy,
         mimo_z if mimo_z is not None else dummy, mimo_out if mimo_out is not None else dummy,
         norm_weight if norm_weight is not None else dummy,
-        angle_state, ssm_state, k_state, v_state,
-        state_batch_indices if state_batch_indices is not None else dummy, out,
+        angle_state, ssm_state, k_state, v_state, sbi, out,
         q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
         v.stride(0), v.stride(1), z.stride(0) if z is not None else 0, z.stride(1) if z is not None else 0,
         stride_angb, stride_angh,
@@ -61,21 +64,34 @@ def build_launch(q, k, v, adt, dt, trap, q_bias, k_bias, mimo_v, mimo_z, mimo_ou
         v_state.stride(0), v_state.stride(1),
         nheads, nheads // ngroups, headdim, nangles, float(norm_eps),
     )
-    meta = dict(N=dstate, R=rank, BLOCK_R=next_pow2(rank), BLOCK_P=next_pow2(headdim), BLOCK_N=config.block_n,
-                BLOCK_A=max(2, next_pow2(nangles)), ADJACENT=bool(siso),
-                HAS_SBI=state_batch_indices is not None, HAS_D=D is not None, HAS_Z=z is not None,
-                HAS_PSI=mimo_v is not None, HAS_ZETA=mimo_z is not None and z is not None,
-                HAS_PHI=mimo_out is not None, PER_RANK=per_rank, RMS_NORM=bool(rms_norm),
-                HAS_NW=norm_weight is not None, num_warps=config.num_warps, num_stages=config.num_stages)
-    return mamba3_step_kernel, args, meta, (bsz, nheads), out
+    common = dict(N=dstate, R=rank, BLOCK_R=next_pow2(rank), ADJACENT=bool(siso),
+                  HAS_SBI=state_batch_indices is not None)
+    state_meta = dict(common, BLOCK_P=config.block_p, BLOCK_N=config.block_n,
+                      HAS_D=D is not None, HAS_Z=z is not None,
+                      HAS_PSI=mimo_v is not None, HAS_ZETA=mimo_z is not None and z is not None,
+                      HAS_PHI=mimo_out is not None, PER_RANK=per_rank, RMS_NORM=bool(rms_norm),
+                      HAS_NW=norm_weight is not None, num_warps=config.num_warps, num_stages=config.num_stages)
+    rows_args = (
+        k, v, dt, angles, k_bias, angle_state, k_state, v_state, sbi,
+        k.stride(0), k.stride(1), k.stride(2), v.stride(0), v.stride(1), stride_angb, stride_angh,
+        angle_state.stride(0), angle_state.stride(1), k_state.stride(0), k_state.stride(1), k_state.stride(2),
+        v_state.stride(0), v_state.stride(1),
+        nheads, nheads // ngroups, headdim, nangles,
+    )
+    rows_meta = dict(common, BLOCK_P=next_pow2(headdim), BLOCK_N=next_pow2(dstate),
+                     BLOCK_A=max(2, next_pow2(nangles)), num_warps=config.rows_warps, num_stages=1)
+    p_tiles = -(-headdim // config.block_p)
+    return [(mamba3_step_kernel, state_args, state_meta, (bsz, nheads, p_tiles)),
+            (mamba3_step_rows_kernel, rows_args, rows_meta, (bsz, nheads))], out
 
 
 def step_triton(*args, siso, config=None, out=None):
-    """Launch the step kernel (arguments as build_launch). Returns the output; states are updated in place."""
-    kernel, kargs, meta, grid, out = build_launch(*args, siso=siso, config=config, out=out)
-    if out.is_cuda:
-        with torch.cuda.device(out.device):
+    """Launch the step (arguments as build_launches). Returns the output; states are updated in place."""
+    launches, out = build_launches(*args, siso=siso, config=config, out=out)
+    for kernel, kargs, meta, grid in launches:
+        if out.is_cuda:
+            with torch.cuda.device(out.device):
+                kernel[grid](*kargs, **meta)
+        else:                              # TRITON_INTERPRET=1 lane
             kernel[grid](*kargs, **meta)
-    else:                                  # TRITON_INTERPRET=1 lane
-        kernel[grid](*kargs, **meta)
     return out
