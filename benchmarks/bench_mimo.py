@@ -1,4 +1,4 @@
-"""MIMO Mamba-3 Triton kernels: forward and forward+backward time, cold compile time.
+"""MIMO Mamba-3 Triton kernels: forward and forward+backward time, per-kernel CUDA time, cold compile time.
 
 Shapes (issue 4): bf16, H=32, G=1, N=128, P=64, R=4, chunk 16, with D and Z (and mimo_out):
 B=8, T=4096 and the same tokens as one sequence, B=1, T=32768.
@@ -37,13 +37,14 @@ def main():
                     help="also time config variants (state chunk length, backward tile) at B=8, T=4096")
     ns = ap.parse_args()
 
-    from benchmarks.common import bench_ms, write_results
+    from benchmarks.common import bench_ms, kernel_breakdown, write_results
     from mamba3.ops.mimo.check import call
     from mamba3.ops.mimo.function import mimo_triton
     from mamba3.testing.inputs import tensor_leaves
 
     rep = 20 if ns.quick else 100
     rows = []
+    kernels = {}  # per-kernel CUDA time of one forward+backward, per shape
     cold = None
     for bsz, seqlen in ((8, 4096), (1, 32768)):
         args = make_args(bsz, seqlen)
@@ -72,6 +73,8 @@ def main():
         rows.append({"B": bsz, "T": seqlen, "H": 32, "N": 128, "P": 64, "R": 4, "dtype": "bf16",
                      "fwd_ms": t_fwd, "fwd_bwd_ms": t_fb, "target_fwd_ms": 2.1, "target_fwd_bwd_ms": 8.4})
         print(rows[-1], flush=True)
+        kernels[f"B{bsz}-T{seqlen}"] = kernel_breakdown(fwd_bwd, leaves)
+        print(kernels[f"B{bsz}-T{seqlen}"], flush=True)
         del args, leaves, dout
         torch.cuda.empty_cache()
     sweep = []
@@ -102,7 +105,7 @@ def main():
             sweep.append({"config": cfg.name, "fwd_ms": t_fwd, "fwd_bwd_ms": bench_ms(fwd_bwd, rep=rep)})
             print(sweep[-1], flush=True)
     write_results(ns.out, "MIMO Mamba-3 Triton kernels", rows,
-                  extra={"cold_fwd_bwd_s": cold, **({"sweep": sweep} if sweep else {})})
+                  extra={"cold_fwd_bwd_s": cold, "kernels_fwd_bwd_ms": kernels, **({"sweep": sweep} if sweep else {})})
     print({"cold_fwd_bwd_s": cold})
 
 

@@ -23,14 +23,17 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 import torch  # noqa: E402
 
-from benchmarks.common import ceilings  # noqa: E402
+from benchmarks.common import ceilings, kernel_breakdown  # noqa: E402
 import triton  # noqa: E402
 from triton.testing import do_bench  # noqa: E402
 
 SHAPES = [
     dict(name="B8-T4096-H32", B=8, T=4096, H=32, G=1, N=128, P=64, A=32),
     dict(name="B1-T32768-H32", B=1, T=32768, H=32, G=1, N=128, P=64, A=32),
+    # fp32 inputs (the FMA-dot path); no target in the issue, timed so that its speed is known
+    dict(name="B8-T4096-H32-fp32", B=8, T=4096, H=32, G=1, N=128, P=64, A=32, dtype="fp32"),
 ]
+DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
 TARGETS = {"fwd_ms": 0.65, "fwdbwd_ms": 2.2}
 
 
@@ -61,7 +64,8 @@ def bench_shape(shape, ceil):
     from mamba3.ops.siso.configs import choose_config, problem_for
     from mamba3.ops.siso.function import _spec, siso_triton
 
-    args = make(shape)
+    dt = shape.get("dtype", "bf16")
+    args = make(shape, DTYPES[dt])
     keys = ("q", "k", "v", "adt", "dt", "trap", "q_bias", "k_bias", "angles", "D", "z")
     ins = [args[k] for k in keys]
     cfg = choose_config(_spec(args["v"]), problem_for(args["q"], args["v"], None))
@@ -80,7 +84,7 @@ def bench_shape(shape, ceil):
     with torch.no_grad():
         res["fwd_ms"] = do_bench(fwd, warmup=25, rep=200)
     res["fwdbwd_ms"] = do_bench(fwdbwd, warmup=25, rep=200, grad_to_none=leaves)
-    fb, ff, tb, tf = traffic(shape, cfg.chunk)
+    fb, ff, tb, tf = traffic(shape, cfg.chunk, dtype_bytes=2 if dt == "bf16" else 4)
     res["fwd_GBps"] = fb / (res["fwd_ms"] * 1e-3) / 1e9
     res["fwd_TFLOPs"] = ff / (res["fwd_ms"] * 1e-3) / 1e12
     res["fwdbwd_GBps"] = tb / (res["fwdbwd_ms"] * 1e-3) / 1e9
@@ -90,25 +94,6 @@ def bench_shape(shape, ceil):
     res["targets"] = TARGETS
     res["kernels_fwdbwd_ms"] = kernel_breakdown(fwdbwd, leaves)
     return res
-
-
-def kernel_breakdown(fn, leaves):
-    """Per-kernel CUDA time (ms) of one call, from torch.profiler."""
-    from torch.profiler import ProfilerActivity, profile
-
-    fn()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        fn()
-        torch.cuda.synchronize()
-    for x in leaves:
-        x.grad = None
-    out = {}
-    for e in prof.key_averages():
-        t = getattr(e, "device_time_total", None) or getattr(e, "cuda_time_total", 0)
-        if t:
-            out[e.key[:60]] = round(t / 1e3, 4)
-    return dict(sorted(out.items(), key=lambda kv: -kv[1])[:25])
 
 
 def cold_compile():
@@ -150,7 +135,7 @@ def main():
              f"Ceilings measured in this run: device-to-device copy {c['copy_TBps']:.2f} TB/s, "
              f"bf16 matmul {c['bf16_matmul_TFLOPs']:.0f} TFLOP/s. Cold compile (first fwd+bwd, empty cache): "
              f"{res['cold_compile_s']:.1f} s.", "",
-             "| shape (bf16, G=1, N=128, P=64, A=32, D, Z) | fwd ms | fwd+bwd ms | fwd GB/s (% copy) | fwd TFLOP/s (% bf16 mm) | fwd+bwd TFLOP/s | target fwd / fwd+bwd |",
+             "| shape (bf16 unless named, G=1, N=128, P=64, A=32, D, Z) | fwd ms | fwd+bwd ms | fwd GB/s (% copy) | fwd TFLOP/s (% bf16 mm) | fwd+bwd TFLOP/s | target fwd / fwd+bwd |",
              "|---|---|---|---|---|---|---|"]
     for r in res["shapes"]:
         lines.append(f"| {r['shape']['name']} | {r['fwd_ms']:.3f} | {r['fwdbwd_ms']:.3f} | {r['fwd_GBps']:.0f} "

@@ -2,7 +2,7 @@
 version info, timing, and writing results as JSON + a markdown table.
 
 Usage from a benchmark script (run from the repository root):
-    from benchmarks.common import ceilings, machine_info, bench_ms, write_results
+    from benchmarks.common import ceilings, machine_info, bench_ms, kernel_breakdown, write_results
 """
 from __future__ import annotations
 
@@ -18,6 +18,25 @@ def bench_ms(fn, warmup=25, rep=100) -> float:
     """Median time of fn() in milliseconds (triton.testing.do_bench)."""
     import triton.testing
     return float(triton.testing.do_bench(fn, warmup=warmup, rep=rep, return_mode="median"))
+
+
+def kernel_breakdown(fn, leaves):
+    """Per-kernel CUDA time (ms) of one call of fn, from torch.profiler (the 25 largest); clears the leaves' grads."""
+    from torch.profiler import ProfilerActivity, profile
+
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    for x in leaves:
+        x.grad = None
+    out = {}
+    for e in prof.key_averages():
+        t = getattr(e, "device_time_total", None) or getattr(e, "cuda_time_total", 0)
+        if t:
+            out[e.key[:60]] = round(t / 1e3, 4)
+    return dict(sorted(out.items(), key=lambda kv: -kv[1])[:25])
 
 
 def ceilings(device="cuda") -> dict:

@@ -17,7 +17,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import torch  # noqa: E402
 from triton.testing import do_bench  # noqa: E402
 
-from bench_siso import kernel_breakdown, make  # noqa: E402
+from benchmarks.bench_siso import make  # noqa: E402
+from benchmarks.common import kernel_breakdown  # noqa: E402
 
 
 def run(cfg, shape, A=None):

@@ -30,7 +30,7 @@ if has demo; then  # training through the kernels: the CPU demo's configuration,
 fi
 if has bench; then
   for bench in siso mimo step; do
-    timeout 120 python3 "benchmarks/bench_$bench.py" --out "$OUT/$bench.json" > "$OUT/bench_$bench.log" 2>&1 \
+    timeout 240 python3 "benchmarks/bench_$bench.py" --out "$OUT/$bench.json" > "$OUT/bench_$bench.log" 2>&1 \
       || status=1
     cat "$OUT/$bench.md" 2>/dev/null || tail -n 5 "$OUT/bench_$bench.log"
   done

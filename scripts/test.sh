@@ -9,7 +9,8 @@
 #      reference  CPU tests: tests/ minus interp/, aot/ and gpu/ (reference forms, gradcheck, CLI)
 #      interp     TRITON_INTERPRET=1 pytest tests/interp    (kernels on CPU tensors via the Triton interpreter)
 #      aot        pytest tests/aot                          (every kernel config compiled for sm_80..sm_120, no GPU:
-#                                                            shared memory must fit each architecture's opt-in limit)
+#                                                            shared memory must fit each architecture's opt-in limit;
+#                                                            default SISO/step kernels must not spill wholesale)
 # The interpreter and AOT lanes cannot share a process: @triton.jit reads TRITON_INTERPRET when a kernel is defined.
 #
 # Knobs: MAMBA3_SKIP_SETUP=1 (use $PYTHON or python3 as is), MAMBA3_TEST_JOBS=N (pytest-xdist workers per lane,

@@ -153,8 +153,6 @@ def bwd_dqk_kernel(q_ptr, k_ptr, v_ptr, z_ptr, do_ptr, dq_ptr, dk_ptr, qb_ptr, k
     pa = nb * BH + tl.arange(0, BH)
     n = nb * BN + tl.arange(0, BN)
     qrow = bidx * sq_b + t * sq_t + g * N
-    qe0, qo0 = load_pairs(q_ptr, qrow, m, nb * BN, C, BN)
-    ke0, ko0 = load_pairs(k_ptr, qrow, m, nb * BN, C, BN)
     dq_e = tl.zeros([C, BH], dtype=tl.float32)
     dq_o = tl.zeros([C, BH], dtype=tl.float32)
     dk_e = tl.zeros([C, BH], dtype=tl.float32)
@@ -208,10 +206,10 @@ def bwd_dqk_kernel(q_ptr, k_ptr, v_ptr, z_ptr, do_ptr, dq_ptr, dk_ptr, qb_ptr, k
         dqk = gamma * dyv
         diff = cs[:, None] - cs[None, :]
         a1 = tl.where(causal, tl.exp(tl.minimum(diff, 0.0)), 0.0) * dyvt
-        qe = qe0
-        qo = qo0
-        ke = ke0
-        ko = ko0
+        # the group's q/k rows are re-read for every head (L1/L2 hits) instead of held across the head loop:
+        # 32 fewer live registers per thread at 8 warps
+        qe, qo = load_pairs(q_ptr, qrow, m, nb * BN, C, BN)
+        ke, ko = load_pairs(k_ptr, qrow, m, nb * BN, C, BN)
         if HAS_BIAS:
             qe, qo = add_bias_pairs(qe, qo, qb_ptr + h * N, nb * BN, BN)
             ke, ko = add_bias_pairs(ke, ko, kb_ptr + h * N, nb * BN, BN)

@@ -2,13 +2,15 @@
 
 Why these tiles
 ---------------
-* No tile grows with N or P: every per-chunk kernel loops (or grids) over N in blocks of ``bn`` = min(64, N) dims
-  (32 rotation pairs) and over P in blocks of ``bp`` = min(64, P). The operands Triton stages in shared memory
-  are C×bn, C×bp, bp×bn and C×C tiles, so a config's footprint depends on (chunk, bn, bp, dtype class) only and
-  N = P = 128 (the largest blocks) bounds every shape (see ``launches.py``: 13 AOT compiles per arch prove it).
-* chunk = 64 on every architecture: the chunk states (P·N fp32 per chunk and head) dominate memory traffic, so
-  fewer, larger chunks are faster; the C×C tiles at 64 still fit easily. Chunks 16 and 32 are accepted when the
-  caller asks (smaller footprint, same kernels).
+* No tile grows with N or P: every per-chunk kernel loops (or grids) over N in blocks of ``bn`` dims (bn/2
+  rotation pairs) and over P in blocks of ``bp``. The operands Triton stages in shared memory are C×bn, C×bp,
+  bp×bn and C×C tiles, so a config's footprint depends on (chunk, bn, bp, dtype class) only (``launches.py``
+  lists the AOT compiles that bound every shape).
+* Two paths. 16-bit inputs with N, P ≥ 64: 16-bit tensor-core dots on 64×64 tiles, chunk 64 on every
+  architecture (the chunk states, P·N fp32 per chunk and head, dominate memory traffic, so fewer, larger chunks
+  are faster). fp32 inputs (and 16-bit inputs with N or P < 64): IEEE FMA dots on bn = bp = 16 blocks with
+  chunk 32 — every dot's reduction extent ≤ 32, which Triton 3.6's FMA-dot code needs to stay in registers
+  (see ``choose_config``). Other chunks (16, 32, 64) are accepted when the caller asks.
 * warps: 4 for the chunk-state and output kernels (64×64 fp32 accumulators = 32 registers/thread at 128 threads),
   8 for the two backward kernels at chunk 64 with bp ≥ 32 and bn = 64 (three C×bp / C×C accumulators live at
   once), else 4 (see ``choose_config``: Triton 3.6 miscompiles 64×16 tiles at 8 warps on Hopper).
@@ -18,8 +20,9 @@ Why these tiles
   NS·H·(P·N/256) programs, enough in flight to reach copy bandwidth even for B = 1 (measured 3.8 TB/s on H200).
 
 Measured shared memory (AOT, N = P = 128, bytes incl. static; the largest kernel is bwd_dv/bwd_dqk):
-fp32 C=64: 66,560 on sm_90 — every arch's config fits 101,376 B with a wide margin. ``_SMEM_NEED`` holds the
-per-chunk worst case over the CI archs, used to refuse (with a clear message) devices that report less.
+fp32 at an explicit chunk 64 with the former 64×64 blocks: 66,560 on sm_90 — every config fits 101,376 B with a
+wide margin. ``_SMEM_NEED`` holds that per-chunk worst case over the CI archs (conservative for the fp32 path's
+smaller blocks), used to refuse (with a clear message) devices that report less.
 """
 from __future__ import annotations
 
@@ -65,12 +68,23 @@ _SMEM_NEED = {64: 67_584, 32: 51_200, 16: 43_008}
 
 
 def choose_config(spec: DeviceSpec, problem: SisoProblem) -> SisoConfig:
-    bn = min(64, problem.dstate)
-    bp = min(64, problem.headdim)
+    # 16-bit dots only on the 64×64 (bn × bp) tiles verified on the H200 (Triton 3.6). With narrower tiles the
+    # interleaved-pair path returned wrong outputs or dq (N = 16, 32, 256 with P = 16/32), or faulted (N = 32,
+    # P = 16), in bf16 and fp16, while the interpreter ran the same tiles exactly and the fp32 path was right at
+    # every N and P; those shapes take the fp32 path (slower dots, exact results).
+    half_dots = problem.dtype != "fp32" and problem.dstate >= 64 and problem.headdim >= 64
+    if half_dots:
+        bn, bp, default_order = 64, 64, [64, 32, 16]
+    else:
+        # The fp32 path's dots are FMA loops (IEEE): Triton 3.6 holds a whole K extent of both operands in
+        # registers, and with K = 64 (chunk, bn or bp) ptxas gives up and spills 28-47 KB per thread in every
+        # chunk kernel on every architecture (AOT: 32-40 registers). K ≤ 32 compiles clean: chunk 32 with
+        # 16-wide N and P blocks (AOT, sm_90: 40-150 registers and no spills; bwd_dqk 255 / 40 B).
+        bn, bp, default_order = min(16, problem.dstate), min(16, problem.headdim), [32, 16]
     want = problem.chunk_size
     if want is not None and want not in CHUNKS:
         raise ValueError(f"SISO Triton kernels support chunk_size 16, 32 or 64, got {want}")
-    order = [want] if want is not None else [64, 32, 16]
+    order = [want] if want is not None else default_order
     for chunk in order:
         if _SMEM_NEED[chunk] <= spec.smem_optin:
             # 8 warps only for 64-row chunks with bp ≥ 32 and bn = 64 (three C×bp / C×C accumulators live at once);
@@ -78,12 +92,8 @@ def choose_config(spec: DeviceSpec, problem: SisoProblem) -> SisoConfig:
             # miscompiled by Triton 3.6 on Hopper (MIMO's output and dv kernels fault or return wrong values there,
             # measured on the H200; the interpreter runs the same tiles exactly), so they are never chosen.
             warps_bwd = 8 if chunk == 64 and bp >= 32 and bn >= 64 else 4
-            # 16-bit dots only on the 64×64 (bn × bp) tiles verified on the H200 (Triton 3.6). With narrower
-            # tiles the interleaved-pair path returned wrong outputs or dq (N = 16, 32, 256 with P = 16/32), or
-            # faulted (N = 32, P = 16), in bf16 and fp16, while the interpreter ran the same tiles exactly and the
-            # fp32 path was right at every N and P; those shapes take the fp32 path (slower dots, exact results).
             return SisoConfig(chunk=chunk, bn=bn, bp=bp, warps_chunk=4, warps_bwd=warps_bwd, stages=1,
-                              half_dots=bn == 64 and bp == 64)
+                              half_dots=half_dots)
     raise RuntimeError(
         f"no SISO configuration fits {spec.name} (sm_{spec.arch}): shared-memory opt-in limit "
         f"{spec.smem_optin} B, but chunk {order[-1]} needs about {_SMEM_NEED[order[-1]]} B")

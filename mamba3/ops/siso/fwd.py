@@ -101,6 +101,18 @@ def chunk_state_kernel(x_ptr, z_ptr, k_ptr, kb_ptr, adt_ptr, dt_ptr, trap_ptr, a
 
 
 @triton.jit
+def rotated_q_block(q_ptr, qb_ptr, ang_ptr, off_ptr, qrow, arow, m, dt, nb, bias_off, A,
+                    C: tl.constexpr, BN: tl.constexpr, HAS_BIAS: tl.constexpr):
+    """N block ``nb`` of a chunk's rows of q̃ = R(θ)(q + b) as a [C, BN] fp32 tile (pairs interleaved)."""
+    BH: tl.constexpr = BN // 2
+    qe, qo = load_pairs(q_ptr, qrow, m, nb * BN, C, BN)
+    if HAS_BIAS:
+        qe, qo = add_bias_pairs(qe, qo, qb_ptr + bias_off, nb * BN, BN)
+    si, co = rotation_tile(ang_ptr, arow, m, dt, off_ptr, nb * BH + tl.arange(0, BH), A, C, BH)
+    return join_pairs(qe * co - qo * si, qe * si + qo * co, C, BN)
+
+
+@triton.jit
 def rotated_qk_block(q_ptr, k_ptr, qb_ptr, kb_ptr, ang_ptr, off_ptr, qrow, arow, m, dt, scale, nb, bias_off, A,
                      C: tl.constexpr, BN: tl.constexpr, HAS_BIAS: tl.constexpr, DOT_DT: tl.constexpr):
     """N block ``nb`` of a chunk's rows: q̃ and k̃·scale as dot operands [C, BN] in DOT_DT, and the block's part
@@ -140,23 +152,29 @@ def output_kernel(q_ptr, k_ptr, v_ptr, z_ptr, o_ptr, qb_ptr, kb_ptr, d_ptr, adt_
     p = pb * BP + tl.arange(0, BP)
     qrow = bidx * sq_b + t * sq_t + g * N
     arow = bidx * sa_b + t * sa_t + h * sa_h
+    # Two passes over the N blocks keep one C×C or C×BP accumulator live at a time (the rotated q is rebuilt in
+    # the second): 1) the scores Q̃(K̃·scale)ᵀ, consumed at once by the intra-chunk product; 2) the inter-chunk
+    # term e^{cs}⊙(Q̃ Sᵀ) accumulated into the same output tile (q̃ rows pre-scaled by e^{cs} ≤ 1).
     acc_qk = tl.zeros([C, C], dtype=tl.float32)
-    acc_qs = tl.zeros([C, BP], dtype=tl.float32)
     qk = tl.zeros([C], dtype=tl.float32)
     for nb in range(N // BN):
         qr, kk, qk_block = rotated_qk_block(q_ptr, k_ptr, qb_ptr, kb_ptr, ang_ptr, off_ptr + (c * H + h) * A, qrow,
                                             arow, m, dt, scale, nb, h * N, A, C, BN, HAS_BIAS, DOT_DT)
         qk += qk_block
-        n = nb * BN + tl.arange(0, BN)
-        s = tl.load(st_ptr + (c * H + h) * P * N + p[:, None] * N + n[None, :]).to(DOT_DT)  # [BP, BN]
         acc_qk += tl.dot(qr, tl.trans(kk), input_precision=PREC)
-        acc_qs += tl.dot(qr, tl.trans(s), input_precision=PREC)
     vrow = bidx * sv_b + t * sv_t + h * P
     v = tl.load(v_ptr + vrow[:, None] + p[None, :], mask=m[:, None], other=0.0)
     diff = cs[:, None] - cs[None, :]
     causal = i[None, :] < i[:, None]
     mm = tl.where(causal, tl.exp(tl.minimum(diff, 0.0)), 0.0) * acc_qk
-    y = tl.exp(cs)[:, None] * acc_qs + tl.dot(mm.to(DOT_DT), v.to(DOT_DT), input_precision=PREC)
+    y = tl.dot(mm.to(DOT_DT), v.to(DOT_DT), input_precision=PREC)
+    ecs = tl.exp(cs)
+    for nb in range(N // BN):
+        qs = rotated_q_block(q_ptr, qb_ptr, ang_ptr, off_ptr + (c * H + h) * A, qrow, arow, m, dt, nb, h * N, A, C,
+                             BN, HAS_BIAS) * ecs[:, None]
+        n = nb * BN + tl.arange(0, BN)
+        s = tl.load(st_ptr + (c * H + h) * P * N + p[:, None] * N + n[None, :]).to(DOT_DT)  # [BP, BN]
+        y = tl.dot(qs.to(DOT_DT), tl.trans(s), acc=y, input_precision=PREC)
     diag = gamma * qk
     if HAS_D:
         diag += tl.load(d_ptr + h).to(tl.float32)

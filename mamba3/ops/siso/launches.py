@@ -5,11 +5,12 @@ appears) on small CPU tensors with launches *recorded* instead of run (``common.
 device spec replaced by the architecture's. So the AOT lane compiles exactly what a user's GPU would, with the
 same constexprs, warps, stages and argument specialisation.
 
-Problem classes compiled per arch (13 compiles): N = P = 128 at the dispatcher's chunk, for bf16 (fp16 has the same
-footprint) and fp32. Why this bounds every shape: no tile grows with N or P (the kernels loop or grid over blocks of
-bn ≤ 64 and bp ≤ 64), N = P = 128 already selects the largest blocks, and every tile is C×bn, C×bp, bp×bn or C×C, so
-an explicit smaller chunk (16, 32) needs less shared memory than the dispatcher's 64. The three light kernels
-(chunk sums, state passing, angle backward) have tiny dtype-independent tiles and are compiled once.
+Problem classes compiled per arch: N = P = 128 at the dispatcher's chunk for bf16 (the 16-bit-dot path; fp16 has
+the same footprint) and fp32 (the FMA-dot path), fp32 at an explicit chunk 64 (the largest FMA-path footprint),
+and bf16 with N = 32 (16-bit inputs on the FMA-dot path). Why this bounds every shape: no tile grows with N or P
+(the kernels loop or grid over blocks of bn and bp, which depend only on the path), every tile is C×bn, C×bp,
+bp×bn or C×C, and each path's largest chunk is compiled. The three light kernels (chunk sums, state passing,
+angle backward) have tiny dtype-independent tiles and are compiled once.
 """
 from __future__ import annotations
 
@@ -23,18 +24,21 @@ from . import function as F
 
 
 def _problem_classes():
-    yield torch.bfloat16, None
-    yield torch.float32, None
+    """(input dtype, explicit chunk or None, N)"""
+    yield torch.bfloat16, None, 128
+    yield torch.float32, None, 128
+    yield torch.float32, 64, 128
+    yield torch.bfloat16, None, 32
 
 
 _LIGHT = ("chunk_sums_kernel", "state_passing_kernel", "angle_bwd_kernel")
 
 
-def _record(spec, dtype, chunk):
+def _record(spec, dtype, chunk, dstate):
     from mamba3.testing.inputs import siso_inputs
 
-    args = siso_inputs(bsz=2, seqlen=256, nheads=2, ngroups=1, dstate=128, headdim=128, nangles=32, dtype=dtype,
-                       states=True, with_D=True, with_z=True)
+    args = siso_inputs(bsz=2, seqlen=256, nheads=2, ngroups=1, dstate=dstate, headdim=128,
+                       nangles=min(32, dstate // 2), dtype=dtype, states=True, with_D=True, with_z=True)
     leaves = []
     for name in ("q", "k", "v", "adt", "dt", "trap", "q_bias", "k_bias", "angles", "D", "z"):
         args[name].requires_grad_(True)
@@ -57,8 +61,8 @@ def _record(spec, dtype, chunk):
 def aot_launches(arch: int) -> list[KernelLaunch]:
     spec = arch_spec(arch)
     out, seen = [], set()
-    for dtype, chunk in _problem_classes():
-        for kernel, grid, args, meta in _record(spec, dtype, chunk):
+    for dtype, chunk, dstate in _problem_classes():
+        for kernel, grid, args, meta in _record(spec, dtype, chunk, dstate):
             sig = tuple(str(a.dtype) if isinstance(a, torch.Tensor) else type(a).__name__ for a in args)
             key = (kernel.fn.__name__, tuple(sorted((k, str(v)) for k, v in meta.items())), sig)
             if kernel.fn.__name__ in _LIGHT:
