@@ -27,7 +27,7 @@ import triton.language as tl
 
 from .chunking import Chunks
 from .launch import launch
-from .tiles import chunk_row, tanh_sech2
+from .tiles import batch_strides, chunk_row, tanh_sech2
 
 TWO_PI = 2.0 * math.pi
 
@@ -36,9 +36,7 @@ TWO_PI = 2.0 * math.pi
 def chunk_sums_kernel(adt_ptr, dt_ptr, ang_ptr, gsum_ptr, asum_ptr, table_ptr,
                       T, sa_t, sa_h, H, A,
                       C: tl.constexpr, BA: tl.constexpr, HAS_ANG: tl.constexpr):
-    s_h = T
-    s_b = H * T
-    sa_b = T * sa_t
+    _, _, s_h, s_b, sa_b = batch_strides(T, H, 0, 0, sa_t)
     pid = tl.program_id(0).to(tl.int64)  # chunk-major, head fastest (DRAM locality of (B, T, H, A) angles)
     c = pid // H
     h = pid % H
@@ -98,9 +96,7 @@ def angle_offsets(asum: torch.Tensor, chunks: Chunks, angle_state: torch.Tensor 
 def angle_bwd_kernel(ang_ptr, dt_ptr, r_ptr, dlater_ptr, dang_ptr, ddt_ptr, table_ptr,
                      T, sa_t, sa_h, H, A,
                      C: tl.constexpr, BA: tl.constexpr, SHARED: tl.constexpr):
-    s_h = T
-    s_b = H * T
-    sa_b = T * sa_t
+    _, _, s_h, s_b, sa_b = batch_strides(T, H, 0, 0, sa_t)
     sr_t = H * A
     sr_b = T * sr_t
     pid = tl.program_id(0).to(tl.int64)

@@ -5,6 +5,7 @@ Contract: every helper works on one chunk of one (sequence, head): rows ``i = 0.
 
 * ``chunk_row``       the (batch row, first time index, length, end of sequence) of chunk ``c`` from the chunk
                       table (layout: ``common.chunking``).
+* ``batch_strides``   the batch strides of a call's contiguous tensors, derived in-kernel from T.
 * ``chunk_scalars``   a_t, dt_t, λ_t = σ(trap_t), γ_t = λ_t·dt_t, scale_t = γ_t + dt_{t+1}(1−λ_{t+1}) (0 when t is the
                       sequence's last token), and the within-chunk cumsum cs_t = Σ_{r≤t} a_r.
 * ``theta_tile``      θ (C × BA) = offset[c] + within-chunk cumsum of π·tanh(φ)·dt for the angle columns ``pa``
@@ -34,6 +35,15 @@ def chunk_row(table_ptr, c):
     row = table_ptr + c * 5
     return (tl.load(row + 0).to(tl.int64), tl.load(row + 1).to(tl.int64), tl.load(row + 2),
             tl.load(row + 4).to(tl.int64))
+
+
+@triton.jit
+def batch_strides(T, H, sx_t, sy_t, sa_t):
+    """Batch strides of one call's contiguous tensors, derived from T (passed with do_not_specialize) times a
+    per-model stride so that their divisibility stays provable: two (B, T, ...) token-major tensors with token
+    strides sx_t and sy_t, the (B, H, T) per-head scalars (head stride T, batch stride H·T) and the angle rows
+    (token stride sa_t). Returns (sx_b, sy_b, s_h, s_b, sa_b)."""
+    return T * sx_t, T * sy_t, T, H * T, T * sa_t
 
 
 @triton.jit

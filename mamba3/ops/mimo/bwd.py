@@ -24,7 +24,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .tiles import load_rank_p, load_rows_p, load_state_pair, pair_weights, rot_pair, rows_of, vtilde
+from .tiles import (load_rank_p, load_rows_p, load_state_pair, pair_weights, rot_pair, rows_of, token_strides,
+                    token_tile, vtilde)
 
 
 @triton.jit(do_not_specialize=["TT", "NBC"])
@@ -74,16 +75,10 @@ def mimo_bwd_dqk_kernel(Q, K, V, TH, CS, GAM, SCL, QB, KB, PSI, DY, SIN, DSEND,
     sc = tl.program_id(1)
     g = tl.program_id(2)
     k0 = kb * BK
-    tok0 = tl.load(SC_START + sc)
-    tok1 = tl.load(SC_END + sc)
-    bc = tl.load(SC_BC + sc)
+    tok0, tok1, bc = token_tile(SC_START, SC_END, SC_BC, sc)
     tb = tl.load(BC_START + bc)
     te = tl.load(BC_END + bc)
-    sq_t = R * G * 2 * N2
-    sq_r = G * 2 * N2
-    sv_t = H * P
-    sy_t = R * H * P
-    sth_t = H * A
+    sq_t, sq_r, sv_t, sy_t, sth_t = token_strides(R, G, N2, H, P, A)
     Qg = Q + g * 2 * N2
     Kg = K + g * 2 * N2
     PN = P * 2 * N2
@@ -187,15 +182,9 @@ def mimo_bwd_dv_kernel(Q, K, V, TH, CS, GAM, SCL, QB, KB, PSI, DD, DY, DSEND,
     sc = tl.program_id(0)
     h = tl.program_id(1)
     g = h // HG
-    tok0 = tl.load(SC_START + sc)
-    tok1 = tl.load(SC_END + sc)
-    bc = tl.load(SC_BC + sc)
+    tok0, tok1, bc = token_tile(SC_START, SC_END, SC_BC, sc)
     te = tl.load(BC_END + bc)
-    sq_t = R * G * 2 * N2
-    sq_r = G * 2 * N2
-    sv_t = H * P
-    sy_t = R * H * P
-    sth_t = H * A
+    sq_t, sq_r, sv_t, sy_t, sth_t = token_strides(R, G, N2, H, P, A)
     Qg = Q + g * 2 * N2
     Kg = K + g * 2 * N2
     QBh = QB + h * R * 2 * N2

@@ -21,7 +21,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .tiles import load_rank_p, load_rows_p, load_tok_rows, load_state_pair, pair_weights, rot_pair, rows_of, vtilde
+from .tiles import (load_rank_p, load_rows_p, load_state_pair, load_tok_rows, pair_weights, rot_pair, rows_of,
+                    token_strides, token_tile, vtilde)
 
 
 @triton.jit(do_not_specialize=["TT"])
@@ -109,14 +110,9 @@ def mimo_out_kernel(Q, K, V, TH, CS, GAM, SCL, QB, KB, PSI, ZETA, PHI, DD, Z, NW
     sc = tl.program_id(0)
     h = tl.program_id(1)
     g = h // HG
-    tok0 = tl.load(SC_START + sc)
-    tok1 = tl.load(SC_END + sc)
-    bc = tl.load(SC_BC + sc)
+    tok0, tok1, bc = token_tile(SC_START, SC_END, SC_BC, sc)
     tb = tl.load(BC_START + bc)
-    sq_t = R * G * 2 * N2
-    sq_r = G * 2 * N2
-    sv_t = H * P
-    sth_t = H * A
+    sq_t, sq_r, sv_t, _, sth_t = token_strides(R, G, N2, H, P, A)
     Qg = Q + g * 2 * N2
     Kg = K + g * 2 * N2
     QBh = QB + h * R * 2 * N2

@@ -19,6 +19,19 @@ import triton.language as tl
 
 
 @triton.jit
+def token_tile(SC_START, SC_END, SC_BC, sc):
+    """(first token, end token, state chunk) of token tile ``sc``."""
+    return tl.load(SC_START + sc), tl.load(SC_END + sc), tl.load(SC_BC + sc)
+
+
+@triton.jit
+def token_strides(R: tl.constexpr, G, N2, H, P, A):
+    """Token strides of q/k (TT, R, G, N) and their rank stride, of v (TT, H, P), of the per-rank dy
+    (TT, R, H, P) and of θ (TT, H, A)."""
+    return R * G * 2 * N2, G * 2 * N2, H * P, R * H * P, H * A
+
+
+@triton.jit
 def rows_of(ntok, R: tl.constexpr, BM: tl.constexpr):
     """(token offset, rank, valid) of the BM rows of a tile holding ``ntok`` tokens."""
     i = tl.arange(0, BM)

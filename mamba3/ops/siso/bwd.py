@@ -23,8 +23,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from ..common.tiles import (add_bias_pairs, chunk_row, chunk_scalars, join_pairs, load_pairs, rotation_tile,
-                            split16, split_pairs, store_pairs)
+from ..common.tiles import (add_bias_pairs, batch_strides, chunk_row, chunk_scalars, join_pairs, load_pairs,
+                            rotation_tile, split16, split_pairs, store_pairs)
 from .fwd import rotated_qk_block
 
 
@@ -35,11 +35,7 @@ def bwd_dv_kernel(q_ptr, k_ptr, v_ptr, z_ptr, do_ptr, dv_ptr, dz_ptr, qb_ptr, kb
                   N: tl.constexpr, P: tl.constexpr, C: tl.constexpr, BN: tl.constexpr, BP: tl.constexpr,
                   HAS_Z: tl.constexpr, HAS_D: tl.constexpr, HAS_BIAS: tl.constexpr,
                   DOT_DT: tl.constexpr, PREC: tl.constexpr):
-    sq_b = T * sq_t
-    sv_b = T * sv_t
-    s_h = T
-    s_b = H * T
-    sa_b = T * sa_t
+    sq_b, sv_b, s_h, s_b, sa_b = batch_strides(T, H, sq_t, sv_t, sa_t)
     sp_n = NB_B * s_b
     # 1-D grid, chunk-major then head then P block (fastest): concurrent CTAs share the DRAM rows of v/z/dO
     pid = tl.program_id(0).to(tl.int64)
@@ -126,11 +122,7 @@ def bwd_dqk_kernel(q_ptr, k_ptr, v_ptr, z_ptr, do_ptr, dq_ptr, dk_ptr, qb_ptr, k
                    N: tl.constexpr, P: tl.constexpr, C: tl.constexpr, BN: tl.constexpr, BP: tl.constexpr,
                    HAS_Z: tl.constexpr, HAS_BIAS: tl.constexpr,
                    DOT_DT: tl.constexpr, PREC: tl.constexpr):
-    sq_b = T * sq_t
-    sv_b = T * sv_t
-    s_h = T
-    s_b = H * T
-    sa_b = T * sa_t
+    sq_b, sv_b, s_h, s_b, sa_b = batch_strides(T, H, sq_t, sv_t, sa_t)
     sr_t = H * A
     sr_b = T * sr_t
     sc_n = NB_B * s_b

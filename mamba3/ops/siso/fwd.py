@@ -26,7 +26,8 @@ import torch
 import triton
 import triton.language as tl
 
-from ..common.tiles import add_bias_pairs, chunk_row, chunk_scalars, join_pairs, load_pairs, rotation_tile
+from ..common.tiles import (add_bias_pairs, batch_strides, chunk_row, chunk_scalars, join_pairs, load_pairs,
+                            rotation_tile)
 
 
 @triton.jit(do_not_specialize=["T"])
@@ -35,12 +36,7 @@ def chunk_state_kernel(x_ptr, z_ptr, k_ptr, kb_ptr, adt_ptr, dt_ptr, trap_ptr, a
                        N: tl.constexpr, P: tl.constexpr, C: tl.constexpr, BN: tl.constexpr, BP: tl.constexpr,
                        MODE: tl.constexpr, HAS_Z: tl.constexpr, HAS_BIAS: tl.constexpr,
                        DOT_DT: tl.constexpr, PREC: tl.constexpr):
-    # batch strides derived from T (do_not_specialize) × a per-model stride: divisibility stays provable
-    sx_b = T * sx_t
-    sk_b = T * sk_t
-    s_h = T
-    s_b = H * T
-    sa_b = T * sa_t
+    sx_b, sk_b, s_h, s_b, sa_b = batch_strides(T, H, sx_t, sk_t, sa_t)
     # 1-D grid, chunk-major, then head, then (N block, P block) fastest: concurrent CTAs read neighbouring parts
     # of the same DRAM rows of v and k ((B, T, H, P) rows are H·P wide)
     pid = tl.program_id(0).to(tl.int64)
@@ -135,11 +131,7 @@ def output_kernel(q_ptr, k_ptr, v_ptr, z_ptr, o_ptr, qb_ptr, kb_ptr, d_ptr, adt_
                   N: tl.constexpr, P: tl.constexpr, C: tl.constexpr, BN: tl.constexpr, BP: tl.constexpr,
                   HAS_Z: tl.constexpr, HAS_D: tl.constexpr, HAS_BIAS: tl.constexpr,
                   DOT_DT: tl.constexpr, PREC: tl.constexpr):
-    sq_b = T * sq_t
-    sv_b = T * sv_t
-    s_h = T
-    s_b = H * T
-    sa_b = T * sa_t
+    sq_b, sv_b, s_h, s_b, sa_b = batch_strides(T, H, sq_t, sv_t, sa_t)
     pid = tl.program_id(0).to(tl.int64)  # 1-D grid: chunk, head, P block (fastest)
     pb = pid % (P // BP)
     c = pid // (P // BP) // H
