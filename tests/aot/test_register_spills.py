@@ -26,8 +26,7 @@ def _default_launches():
     from mamba3.ops.siso.launches import aot_launches as siso_launches
     from mamba3.ops.step.configs import aot_launches as step_launches
 
-    siso = [launch for launch in siso_launches(ARCH) if "float32-C64" not in launch.name]  # the explicit chunk 64
-    return siso + step_launches(ARCH)
+    return siso_launches(ARCH, default_only=True) + step_launches(ARCH)
 
 
 _LAUNCHES = _default_launches()

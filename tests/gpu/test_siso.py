@@ -8,6 +8,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from mamba3.dispatch import CI_ARCHS
+
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 
 DT = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -103,7 +105,7 @@ def _ids(cases):
             for cfg, dt, N, P, _ in cases]
 
 
-_ALL = _dispatcher_configs((80, 86, 89, 90, 100, 120))
+_ALL = _dispatcher_configs(CI_ARCHS)
 
 
 @pytest.mark.parametrize("cfg,dt,N,P,archs", _ALL, ids=_ids(_ALL))

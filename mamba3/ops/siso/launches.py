@@ -23,11 +23,12 @@ from ..common.launch import recording
 from . import function as F
 
 
-def _problem_classes():
-    """(input dtype, explicit chunk or None, N)"""
+def _problem_classes(default_only: bool = False):
+    """(input dtype, explicit chunk or None, N); default_only: only the dispatcher's own chunk choices."""
     yield torch.bfloat16, None, 128
     yield torch.float32, None, 128
-    yield torch.float32, 64, 128
+    if not default_only:
+        yield torch.float32, 64, 128
     yield torch.bfloat16, None, 32
 
 
@@ -58,10 +59,11 @@ def _record(spec, dtype, chunk, dstate):
     return rec
 
 
-def aot_launches(arch: int) -> list[KernelLaunch]:
+def aot_launches(arch: int, *, default_only: bool = False) -> list[KernelLaunch]:
+    """default_only: leave out the problem classes with an explicit (caller-chosen) chunk size."""
     spec = arch_spec(arch)
     out, seen = [], set()
-    for dtype, chunk, dstate in _problem_classes():
+    for dtype, chunk, dstate in _problem_classes(default_only):
         for kernel, grid, args, meta in _record(spec, dtype, chunk, dstate):
             sig = tuple(str(a.dtype) if isinstance(a, torch.Tensor) else type(a).__name__ for a in args)
             key = (kernel.fn.__name__, tuple(sorted((k, str(v)) for k, v in meta.items())), sig)

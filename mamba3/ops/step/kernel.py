@@ -30,9 +30,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from ..common.tiles import sincos
+from ..common.tiles import PI, sincos, tanh_sech2
 
-PI = tl.constexpr(3.141592653589793)
 TWO_PI = tl.constexpr(6.283185307179586)
 
 
@@ -48,8 +47,8 @@ def _wrap(th):
 def _new_angle(sa_row, ang_row, j, mask, dt):
     """θ'_j = (θ_j + π·tanh(φ_j)·dt) mod 2π from the old angle state row and the angle rates row."""
     th = tl.load(sa_row + j, mask=mask, other=0.0).to(tl.float32)
-    rate = tl.load(ang_row + j, mask=mask, other=0.0).to(tl.float32)
-    return _wrap(th + PI * (2.0 * tl.sigmoid(2.0 * rate) - 1.0) * dt)
+    tanh_rate, _ = tanh_sech2(tl.load(ang_row + j, mask=mask, other=0.0).to(tl.float32))
+    return _wrap(th + PI * tanh_rate * dt)
 
 
 @triton.jit
@@ -151,8 +150,8 @@ def mamba3_step_kernel(
             nmask = nn < N
             hptr = ss_row + pp[:, None] * stride_ssp + nn[None, :]
             if N > BLOCK_N:  # prefetch the next tile (masked off after the last one) while this one is updated
-                state_next = tl.load(hptr + BLOCK_N, mask=pmask[:, None] & (nn + BLOCK_N < N)[None, :],
-                                     other=0.0, eviction_policy="evict_first")
+                next_mask = pmask[:, None] & (nn + BLOCK_N < N)[None, :]
+                state_next = tl.load(hptr + BLOCK_N, mask=next_mask, other=0.0, eviction_policy="evict_first")
             pn, c, s = _rotation(sa_row, ang_row, nn, dt, N, A, ADJACENT)
             state = alpha * state.to(tl.float32)
             for r in tl.static_range(R):
@@ -169,8 +168,7 @@ def mamba3_step_kernel(
                 y += tl.where(rr[None, :] == r, tl.sum(state * q_rot[None, :], axis=1)[:, None], 0.0)
             tl.store(hptr, state.to(ss_ptr.dtype.element_ty), mask=hmask, eviction_policy="evict_first")
             if N > BLOCK_N:
-                state = state_next
-                hmask = pmask[:, None] & (nn + BLOCK_N < N)[None, :]
+                state, hmask = state_next, next_mask
 
         # output stage on complete rows: y is (P, R)
         if HAS_D:

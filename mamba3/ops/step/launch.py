@@ -1,6 +1,8 @@
 """Host side of the Triton decode step: argument preparation and the two launches (no host synchronisation)."""
 from __future__ import annotations
 
+import contextlib
+
 import torch
 
 from .configs import StepProblem, choose_config, next_pow2
@@ -48,8 +50,8 @@ def build_launches(q, k, v, adt, dt, trap, q_bias, k_bias, mimo_v, mimo_z, mimo_
         stride_angb, stride_angh = angles.stride(0), 0
     else:
         stride_angb, stride_angh = angles.stride(0), angles.stride(1)
-    sbi = state_batch_indices if state_batch_indices is not None else v   # a dummy pointer when absent
-    dummy = v
+    dummy = v                                         # the pointer passed for an absent optional tensor
+    sbi = state_batch_indices if state_batch_indices is not None else dummy
     state_args = (
         q, k, v, z if z is not None else dummy, adt, dt, trap, angles,
         q_bias, k_bias, D if D is not None else dummy, mimo_v if mimo_v is not None else dummy,
@@ -88,10 +90,8 @@ def build_launches(q, k, v, adt, dt, trap, q_bias, k_bias, mimo_v, mimo_z, mimo_
 def step_triton(*args, siso, config=None, out=None):
     """Launch the step (arguments as build_launches). Returns the output; states are updated in place."""
     launches, out = build_launches(*args, siso=siso, config=config, out=out)
-    for kernel, kargs, meta, grid in launches:
-        if out.is_cuda:
-            with torch.cuda.device(out.device):
-                kernel[grid](*kargs, **meta)
-        else:                              # TRITON_INTERPRET=1 lane
+    # CPU tensors: the TRITON_INTERPRET=1 lane
+    with torch.cuda.device(out.device) if out.is_cuda else contextlib.nullcontext():
+        for kernel, kargs, meta, grid in launches:
             kernel[grid](*kargs, **meta)
     return out
