@@ -1,9 +1,11 @@
 """Sweep SISO kernel configurations on the current GPU (used to choose the dispatcher's defaults).
 
-    python3 benchmarks/sweep_siso.py --out sweep.json
+    python3 benchmarks/sweep_siso.py --out sweep.json [--dtype bf16|fp32] [--only NAME,...]
 
-For each candidate configuration: forward and forward+backward time (do_bench medians, ms) on the issue's
-B=8, T=4096, H=32, N=128, P=64, A=32 bf16 shape, and the per-kernel CUDA time of one forward+backward.
+For each candidate configuration: the relative Frobenius error of the output and of every gradient against the
+float64 reference on a small case (B=2, T=300, H=4, N=128, P=64, A=32, D, Z, input states: a miscompiled
+configuration shows here first), then forward and forward+backward time (do_bench medians, ms) on the issue's
+B=8, T=4096, H=32, N=128, P=64, A=32 shape and the per-kernel CUDA time of one forward+backward.
 """
 from __future__ import annotations
 
@@ -17,17 +19,44 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import torch  # noqa: E402
 from triton.testing import do_bench  # noqa: E402
 
-from benchmarks.bench_siso import make  # noqa: E402
+from benchmarks.bench_siso import DTYPES, make  # noqa: E402
 from benchmarks.common import kernel_breakdown  # noqa: E402
+from mamba3.ops.siso.configs import SisoConfig  # noqa: E402
+
+# name: (input dtype, config)
+CANDIDATES = {
+    "bf16-joined-c64-w4/8": ("bf16", SisoConfig(64, 64, 64, 4, 8, 1)),
+    "fp32-x3-c32-b32-w4/8": ("fp32", SisoConfig(32, 32, 32, 4, 8, 1, half_dots=False, halves=True,
+                                                fp32_prec="tf32x3")),
+    "fp32-x3-c64-b32-w4/8": ("fp32", SisoConfig(64, 32, 32, 4, 8, 1, half_dots=False, halves=True,
+                                                fp32_prec="tf32x3")),
+    "fp32-x3-c64-b32p64-w4/8": ("fp32", SisoConfig(64, 32, 64, 4, 8, 1, half_dots=False, halves=True,
+                                                   fp32_prec="tf32x3")),
+    "fp32-x3-c32-b32-w4/4": ("fp32", SisoConfig(32, 32, 32, 4, 4, 1, half_dots=False, halves=True,
+                                                fp32_prec="tf32x3")),
+    "fp32-ieee-c32-b32-w4/8": ("fp32", SisoConfig(32, 32, 32, 4, 8, 1, half_dots=False, halves=True)),
+}
 
 
-def run(cfg, shape, A=None):
+def accuracy(cfg, dtype):
+    import mamba3.ops.siso.function as F
+    from mamba3.ops.siso.check import make_case, siso_kernel
+    from mamba3.reference import siso_chunked
+    from mamba3.testing.compare import compare
+
+    args = make_case(dtype=dtype, B=2, T=300, H=4, G=1, N=128, P=64, A=32, states=True, device="cuda")
+    F._CONFIG_OVERRIDE = cfg
+    try:
+        errs = compare(siso_kernel(cfg.chunk), siso_chunked, args)
+    finally:
+        F._CONFIG_OVERRIDE = None
+    return {k: float(v) for k, v in errs.items()}
+
+
+def timing(cfg, shape, dtype):
     import mamba3.ops.siso.function as F
 
-    shape = dict(shape)
-    if A is not None:
-        shape["A"] = A
-    args = make(shape)
+    args = make(shape, dtype)
     keys = ("q", "k", "v", "adt", "dt", "trap", "q_bias", "k_bias", "angles", "D", "z")
     ins = [args[k] for k in keys]
     leaves = [x.detach().requires_grad_(True) for x in ins]
@@ -51,33 +80,27 @@ def run(cfg, shape, A=None):
 
 
 def main():
-    from mamba3.ops.siso.configs import SisoConfig
-
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
-    ap.add_argument("--shape", default="B8")
+    ap.add_argument("--shape", default="B8", choices=["B8", "B1"])
+    ap.add_argument("--only", default="", help="comma-separated candidate names (default: all)")
     a = ap.parse_args()
     shape = dict(B=8, T=4096, H=32, G=1, N=128, P=64, A=32) if a.shape == "B8" else \
         dict(B=1, T=32768, H=32, G=1, N=128, P=64, A=32)
-    variants = [
-        SisoConfig(chunk=64, bn=64, bp=64, warps_chunk=4, warps_bwd=8, stages=1),   # the current default
-        SisoConfig(chunk=64, bn=64, bp=64, warps_chunk=8, warps_bwd=8, stages=1),
-        SisoConfig(chunk=64, bn=64, bp=64, warps_chunk=4, warps_bwd=4, stages=1),
-        SisoConfig(chunk=64, bn=32, bp=64, warps_chunk=4, warps_bwd=4, stages=1),
-        SisoConfig(chunk=64, bn=64, bp=32, warps_chunk=4, warps_bwd=8, stages=1),
-        SisoConfig(chunk=32, bn=64, bp=64, warps_chunk=4, warps_bwd=4, stages=1),
-        SisoConfig(chunk=32, bn=64, bp=64, warps_chunk=2, warps_bwd=4, stages=1),
-        SisoConfig(chunk=32, bn=32, bp=64, warps_chunk=4, warps_bwd=4, stages=1),
-        SisoConfig(chunk=64, bn=64, bp=64, warps_chunk=4, warps_bwd=8, stages=1, state_block=512),
-        SisoConfig(chunk=64, bn=64, bp=64, warps_chunk=4, warps_bwd=8, stages=1, state_block=1024),
-    ]
+    names = a.only.split(",") if a.only else list(CANDIDATES)
     res = []
-    for i, cfg in enumerate(variants):
-        r = {"config": cfg.as_dict(), **run(cfg, shape)}
+    for name in names:
+        dt, cfg = CANDIDATES[name]
+        r = {"name": name, "dtype": dt, "config": cfg.as_dict()}
+        try:
+            r["errors"] = accuracy(cfg, DTYPES[dt])
+            r.update(timing(cfg, shape, DTYPES[dt]))
+        except Exception as e:  # a config that fails to compile or launch is a result too
+            r["error"] = f"{type(e).__name__}: {str(e)[:500]}"
         res.append(r)
         print(json.dumps(r), flush=True)
-    with open(a.out, "w") as f:
-        json.dump(res, f, indent=1)
+        with open(a.out, "w") as f:
+            json.dump(res, f, indent=1)
 
 
 if __name__ == "__main__":

@@ -1,12 +1,14 @@
-"""Register spills of the SISO and decode-step kernels the dispatcher chooses by default (sm_90, ptxas -v).
+"""Register spills of the SISO and decode-step kernels the dispatcher chooses by default (ptxas -v, sm_90 and
+sm_120).
 
 A guard against ptxas's spill-everything mode: Triton 3.6 lowers an fp32 (IEEE) dot to FMA code that holds a
 whole reduction extent of both operands in registers, and with 64-wide extents ptxas gave up (32-40 registers,
-28-47 KB of spill stores per thread in every SISO fp32 kernel, on every architecture). The fp32 path's default
-tiles keep every extent ≤ 32 (``ops/siso/configs.py``). The bound below is far under that failure and above the
-small spills the 16-bit kernels have at the 255-register cap (AOT, sm_90: output 124 B, bwd_dv 64 B, bwd_dqk
-352 B), so it fails on a relapse, not on ordinary register pressure. Explicit non-default chunks are not covered
-(chunk 64 on the fp32 path still spills 9-20 KB: it is the caller's choice).
+28-47 KB of spill stores per thread in every SISO fp32 kernel, on every architecture); tf32x3 dots at chunk 64 do
+the same on sm_80/89/120 (28-35 KB), not on sm_90. The fp32 path's default tiles avoid both
+(``ops/siso/configs.py``). The bound below is far under that failure and above the spills the kernels have at the
+255-register cap (AOT: bf16 output 124 B, bwd_dqk 336 B; fp32 tf32x3 bwd_dv/bwd_dqk 1.1-2.7 KB), so it fails on a
+relapse, not on ordinary register pressure. Explicit non-default chunks are not covered (chunk 64 on the fp32 path
+off sm_90 is the caller's choice).
 """
 
 import os
@@ -18,23 +20,38 @@ from mamba3.testing.aot import compile_launch
 if os.environ.get("TRITON_INTERPRET") == "1":
     pytest.exit("tests/aot must run without TRITON_INTERPRET=1 (AOT compilation needs JITFunctions)", returncode=3)
 
-ARCH = 90
-MAX_SPILL_BYTES = 1024
+ARCHS = (90, 120)
+MAX_SPILL_BYTES = 4096
 
 
 def _default_launches():
     from mamba3.ops.siso.launches import aot_launches as siso_launches
     from mamba3.ops.step.configs import aot_launches as step_launches
 
-    return siso_launches(ARCH, default_only=True) + step_launches(ARCH)
+    out = [(90, launch) for launch in step_launches(90)]
+    for arch in ARCHS:
+        out += [(arch, launch) for launch in siso_launches(arch, default_only=True)]
+    return out
 
 
-_LAUNCHES = _default_launches()
+# Known relapses, each a strict xfail so that a fix shows up as a failure to clean up here. The bf16 path's chunk-64
+# tiles are sized for sm_90: on sm_120 bwd_dv at 8 warps falls into the spill-everything mode (40 registers,
+# 13.6 KB per thread; chunk 32 at 4 warps compiles with 1.1 KB there, not yet verified on a GPU).
+_KNOWN = {(120, "bwd_dv_kernel-bfloat16-C64-BN64-BP64-num_warps8-num_stages1")}
 
 
-@pytest.mark.parametrize("launch", _LAUNCHES, ids=[launch.name for launch in _LAUNCHES])
-def test_default_kernels_do_not_spill_wholesale(launch):
-    r = compile_launch(launch, ARCH, spills=True)
+def _params():
+    out = []
+    for arch, launch in _default_launches():
+        marks = [pytest.mark.xfail(strict=True, reason="known spill relapse, see _KNOWN")] \
+            if (arch, launch.name) in _KNOWN else []
+        out.append(pytest.param(arch, launch, marks=marks, id=f"sm{arch}-{launch.name}"))
+    return out
+
+
+@pytest.mark.parametrize("arch,launch", _params())
+def test_default_kernels_do_not_spill_wholesale(arch, launch):
+    r = compile_launch(launch, arch, spills=True)
     assert r.n_spills <= MAX_SPILL_BYTES, (
-        f"{launch.name} on sm_{ARCH}: {r.n_spills} B of register spill stores per thread ({r.n_regs} registers) "
+        f"{launch.name} on sm_{arch}: {r.n_spills} B of register spill stores per thread ({r.n_regs} registers) "
         f"> {MAX_SPILL_BYTES} B; config {launch.meta}")

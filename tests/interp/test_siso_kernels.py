@@ -39,7 +39,25 @@ def test_siso_multiblock_tiles():
     from mamba3.ops.siso.configs import SisoConfig
 
     args = make_case(T=40, N=32, P=32, A=12, shared=True, states=True)
-    F._CONFIG_OVERRIDE = SisoConfig(chunk=16, bn=16, bp=16, warps_chunk=4, warps_bwd=4, stages=1)
+    F._CONFIG_OVERRIDE = SisoConfig(chunk=16, bn=16, bp=16, warps_chunk=4, warps_bwd=4, stages=1, half_dots=False,
+                                    fp32_prec="tf32x3")
+    try:
+        run_and_compare(args, 16)
+    finally:
+        F._CONFIG_OVERRIDE = None
+
+
+@pytest.mark.parametrize("fp32_prec", ["ieee", "tf32x3"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+def test_siso_halves_tiles(dtype, fp32_prec):
+    """The even/odd halves as separate fp32 dot operands (stride-2 loads and stores), both fp32-accurate dot
+    modes, fp32 and 16-bit inputs, at multi-block tiles (N = P = 64, bn = bp = 32: 16-wide halves)."""
+    import mamba3.ops.siso.function as F
+    from mamba3.ops.siso.configs import SisoConfig
+
+    args = make_case(dtype=dtype, T=40, B=1, N=64, P=64, A=24, states=True)
+    F._CONFIG_OVERRIDE = SisoConfig(chunk=16, bn=32, bp=32, warps_chunk=4, warps_bwd=4, stages=1, half_dots=False,
+                                    halves=True, fp32_prec=fp32_prec)
     try:
         run_and_compare(args, 16)
     finally:

@@ -112,27 +112,45 @@ def rotation_tile(ang_ptr, ang_row, m, dt, off_ptr, pa, A, C: tl.constexpr, BH: 
 
 
 @triton.jit
-def load_pairs(ptr, row, m, n0, C: tl.constexpr, BN: tl.constexpr):
-    """Rows ``row`` (C,) of a [*, N] tensor, dims n0..n0+BN: one contiguous (vectorised) load, then the adjacent
-    pairs are split in registers into (even, odd) C×BN/2 fp32 halves."""
-    n = n0 + tl.arange(0, BN)
-    x = tl.load(ptr + row[:, None] + n[None, :], mask=m[:, None], other=0.0).to(tl.float32)
-    return tl.split(tl.reshape(x, (C, BN // 2, 2)))
+def load_pairs(ptr, row, m, n0, C: tl.constexpr, BN: tl.constexpr, STRIDED: tl.constexpr):
+    """Rows ``row`` (C,) of a [*, N] tensor, dims n0..n0+BN, as (even, odd) C×BN/2 fp32 halves. STRIDED: two
+    stride-2 loads (the halves never pass through a reshape/split: they feed tensor-core dots directly, see
+    ``siso/configs.py``); else one contiguous (vectorised) load split in registers."""
+    if STRIDED:
+        ne = n0 + 2 * tl.arange(0, BN // 2)
+        pe = ptr + row[:, None] + ne[None, :]
+        return (tl.load(pe, mask=m[:, None], other=0.0).to(tl.float32),
+                tl.load(pe + 1, mask=m[:, None], other=0.0).to(tl.float32))
+    else:
+        n = n0 + tl.arange(0, BN)
+        x = tl.load(ptr + row[:, None] + n[None, :], mask=m[:, None], other=0.0).to(tl.float32)
+        return tl.split(tl.reshape(x, (C, BN // 2, 2)))
 
 
 @triton.jit
-def add_bias_pairs(e, o, ptr, n0, BN: tl.constexpr):
+def add_bias_pairs(e, o, ptr, n0, BN: tl.constexpr, STRIDED: tl.constexpr):
     """(even, odd) halves from load_pairs plus the bias dims n0..n0+BN at ``ptr`` (one head's N biases)."""
-    x = tl.load(ptr + n0 + tl.arange(0, BN)).to(tl.float32)
-    be, bo = tl.split(tl.reshape(x, (BN // 2, 2)))
+    if STRIDED:
+        ne = n0 + 2 * tl.arange(0, BN // 2)
+        be = tl.load(ptr + ne).to(tl.float32)
+        bo = tl.load(ptr + ne + 1).to(tl.float32)
+    else:
+        x = tl.load(ptr + n0 + tl.arange(0, BN)).to(tl.float32)
+        be, bo = tl.split(tl.reshape(x, (BN // 2, 2)))
     return e + be[None, :], o + bo[None, :]
 
 
 @triton.jit
-def store_pairs(ptr, row, m, n0, e, o, C: tl.constexpr, BN: tl.constexpr):
-    n = n0 + tl.arange(0, BN)
-    x = tl.reshape(tl.join(e, o), (C, BN))
-    tl.store(ptr + row[:, None] + n[None, :], x.to(ptr.dtype.element_ty), mask=m[:, None])
+def store_pairs(ptr, row, m, n0, e, o, C: tl.constexpr, BN: tl.constexpr, STRIDED: tl.constexpr):
+    if STRIDED:
+        ne = n0 + 2 * tl.arange(0, BN // 2)
+        pe = ptr + row[:, None] + ne[None, :]
+        tl.store(pe, e.to(ptr.dtype.element_ty), mask=m[:, None])
+        tl.store(pe + 1, o.to(ptr.dtype.element_ty), mask=m[:, None])
+    else:
+        n = n0 + tl.arange(0, BN)
+        x = tl.reshape(tl.join(e, o), (C, BN))
+        tl.store(ptr + row[:, None] + n[None, :], x.to(ptr.dtype.element_ty), mask=m[:, None])
 
 
 @triton.jit

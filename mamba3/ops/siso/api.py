@@ -32,7 +32,8 @@ def mamba3_siso(q, k, v, adt, dt, trap, q_bias, k_bias, angles, D=None, z=None, 
         cu_seqlens: (NS + 1,) integer offsets of packed sequences (B must be 1), each of length ≥ 1.
         return_final_states: also return (angle, ssm, k, v) after the last token of every sequence.
         backend: "auto" (Triton kernels on CUDA, the PyTorch reference elsewhere), "reference" or "triton".
-        precision: "ieee" (fp32 inputs give fp32-exact dots) or "tf32" (opt-in, faster, ~1e-3 error).
+        precision: "ieee" (fp32 inputs give fp32-accurate dots: tf32x3 on tensor cores or IEEE FMA, whichever
+            the configuration chose) or "tf32" (opt-in, faster, ~1e-3 error).
 
     Returns:
         out (B, T, H, P) in v's dtype; with return_final_states, (out, (angle, ssm, k, v)). Angle, ssm and k

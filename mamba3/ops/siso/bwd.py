@@ -25,7 +25,7 @@ import triton.language as tl
 
 from ..common.tiles import (add_bias_pairs, batch_strides, chunk_row, chunk_scalars, join_pairs, load_pairs,
                             rotation_tile, split16, split_pairs, store_pairs)
-from .fwd import rotated_qk_block
+from .fwd import rotated_qk_block, rotated_qk_halves, state_halves
 
 
 @triton.jit(do_not_specialize=["T", "NB_B", "sd_n"])
@@ -34,7 +34,7 @@ def bwd_dv_kernel(q_ptr, k_ptr, v_ptr, z_ptr, do_ptr, dv_ptr, dz_ptr, qb_ptr, kb
                   T, NB_B, sd_n, sq_t, sv_t, sa_t, sa_h, H, HPG, A,
                   N: tl.constexpr, P: tl.constexpr, C: tl.constexpr, BN: tl.constexpr, BP: tl.constexpr,
                   HAS_Z: tl.constexpr, HAS_D: tl.constexpr, HAS_BIAS: tl.constexpr,
-                  DOT_DT: tl.constexpr, PREC: tl.constexpr):
+                  HALVES: tl.constexpr, DOT_DT: tl.constexpr, PREC: tl.constexpr):
     sq_b, sv_b, s_h, s_b, sa_b = batch_strides(T, H, sq_t, sv_t, sa_t)
     sp_n = NB_B * s_b
     # 1-D grid, chunk-major then head then P block (fastest): concurrent CTAs share the DRAM rows of v/z/dO
@@ -60,16 +60,31 @@ def bwd_dv_kernel(q_ptr, k_ptr, v_ptr, z_ptr, do_ptr, dv_ptr, dz_ptr, qb_ptr, kb
     sdot = tl.zeros([BP], dtype=tl.float32)
     sbase = (c * H + h) * P * N
     for nb in range(N // BN):
-        qr, kk, qk_block = rotated_qk_block(q_ptr, k_ptr, qb_ptr, kb_ptr, ang_ptr, off_ptr + (c * H + h) * A, qrow,
-                                            arow, m, dt, scale, nb, h * N, A, C, BN, HAS_BIAS, DOT_DT)
+        if HALVES:
+            qre, qro, kke, kko, qk_block = rotated_qk_halves(q_ptr, k_ptr, qb_ptr, kb_ptr, ang_ptr,
+                                                             off_ptr + (c * H + h) * A, qrow, arow, m, dt, scale,
+                                                             nb, h * N, A, C, BN, HAS_BIAS, True)
+            se, so = state_halves(st_ptr, sbase, p, nb, N, BN)  # [BP, BN/2] fp32 each
+            dse, dso = state_halves(dst_ptr, sbase, p, nb, N, BN)
+            sdot += tl.sum(se * dse + so * dso, 1)
+            qre, qro, kke, kko = qre.to(DOT_DT), qro.to(DOT_DT), kke.to(DOT_DT), kko.to(DOT_DT)
+            acc_qk = tl.dot(qre, tl.trans(kke), acc=acc_qk, input_precision=PREC)
+            acc_qk = tl.dot(qro, tl.trans(kko), acc=acc_qk, input_precision=PREC)
+            acc_qs = tl.dot(qre, tl.trans(se.to(DOT_DT)), acc=acc_qs, input_precision=PREC)
+            acc_qs = tl.dot(qro, tl.trans(so.to(DOT_DT)), acc=acc_qs, input_precision=PREC)
+            acc_kd = tl.dot(kke, tl.trans(dse.to(DOT_DT)), acc=acc_kd, input_precision=PREC)
+            acc_kd = tl.dot(kko, tl.trans(dso.to(DOT_DT)), acc=acc_kd, input_precision=PREC)
+        else:
+            qr, kk, qk_block = rotated_qk_block(q_ptr, k_ptr, qb_ptr, kb_ptr, ang_ptr, off_ptr + (c * H + h) * A,
+                                                qrow, arow, m, dt, scale, nb, h * N, A, C, BN, HAS_BIAS, DOT_DT)
+            n = nb * BN + tl.arange(0, BN)
+            s = tl.load(st_ptr + sbase + p[:, None] * N + n[None, :])  # [BP, BN] fp32
+            dse = tl.load(dst_ptr + sbase + p[:, None] * N + n[None, :])
+            sdot += tl.sum(s * dse, 1)
+            acc_qk += tl.dot(qr, tl.trans(kk), input_precision=PREC)
+            acc_qs += tl.dot(qr, tl.trans(s.to(DOT_DT)), input_precision=PREC)
+            acc_kd += tl.dot(kk, tl.trans(dse.to(DOT_DT)), input_precision=PREC)
         qk += qk_block
-        n = nb * BN + tl.arange(0, BN)
-        s = tl.load(st_ptr + sbase + p[:, None] * N + n[None, :])  # [BP, BN] fp32
-        dse = tl.load(dst_ptr + sbase + p[:, None] * N + n[None, :])
-        sdot += tl.sum(s * dse, 1)
-        acc_qk += tl.dot(qr, tl.trans(kk), input_precision=PREC)
-        acc_qs += tl.dot(qr, tl.trans(s.to(DOT_DT)), input_precision=PREC)
-        acc_kd += tl.dot(kk, tl.trans(dse.to(DOT_DT)), input_precision=PREC)
     vrow = bidx * sv_b + t * sv_t + h * P
     v = tl.load(v_ptr + vrow[:, None] + p[None, :], mask=m[:, None], other=0.0)
     vf = v.to(tl.float32)
@@ -115,13 +130,25 @@ def bwd_dv_kernel(q_ptr, k_ptr, v_ptr, z_ptr, do_ptr, dv_ptr, dz_ptr, qb_ptr, kb
     tl.store(dadt_ptr + part + dbase + t, dadt, mask=m)
 
 
+@triton.jit
+def exact_dot(a, b, DT: tl.constexpr, PREC: tl.constexpr):
+    """a·b with a in DT and b an fp32 tile: fp32 dots take b as is; 16-bit dots take b as hi + lo halves, so the
+    rotated q̃ and k̃ keep ~16 mantissa bits (dθ = dq̃ × q̃ − … cancels; b rounded to bf16 gave 1.1e-2 against the
+    1e-2 bar at N = P = 64, with the split 4.3e-3)."""
+    if DT == tl.float32:
+        return tl.dot(a, b, input_precision=PREC)
+    else:
+        hi, lo = split16(b, DT)
+        return tl.dot(a, hi, input_precision=PREC) + tl.dot(a, lo, input_precision=PREC)
+
+
 @triton.jit(do_not_specialize=["T", "NB_B"])
 def bwd_dqk_kernel(q_ptr, k_ptr, v_ptr, z_ptr, do_ptr, dq_ptr, dk_ptr, qb_ptr, kb_ptr, adt_ptr, dt_ptr, trap_ptr,
                    ang_ptr, off_ptr, st_ptr, dst_ptr, dsc_ptr, dbq_ptr, dbk_ptr, r_ptr, table_ptr,
                    T, NB_B, sq_t, sv_t, sa_t, sa_h, H, HPG, HS, A,
                    N: tl.constexpr, P: tl.constexpr, C: tl.constexpr, BN: tl.constexpr, BP: tl.constexpr,
                    HAS_Z: tl.constexpr, HAS_BIAS: tl.constexpr,
-                   DOT_DT: tl.constexpr, PREC: tl.constexpr):
+                   HALVES: tl.constexpr, DOT_DT: tl.constexpr, PREC: tl.constexpr):
     sq_b, sv_b, s_h, s_b, sa_b = batch_strides(T, H, sq_t, sv_t, sa_t)
     sr_t = H * A
     sr_b = T * sr_t
@@ -164,8 +191,8 @@ def bwd_dqk_kernel(q_ptr, k_ptr, v_ptr, z_ptr, do_ptr, dq_ptr, dk_ptr, qb_ptr, k
         dyvt_t = tl.zeros([C, C], dtype=tl.float32)
         dq_in = tl.zeros([C, BN], dtype=tl.float32)
         dk_in = tl.zeros([C, BN], dtype=tl.float32)
-        # fp32 (FMA dots): Triton 3.6 on Blackwell rejects re-interleaved (joined/split) dot operands and transposed
-        # register operands ("Illegal shared layout"), so the fp32 path works on even/odd halves throughout.
+        # HALVES: even/odd halves throughout, never re-interleaved (joined/split) and no transposed register
+        # operands: Triton 3.6's FMA dots on Blackwell reject both ("Illegal shared layout").
         dq_in_e = tl.zeros([C, BH], dtype=tl.float32)
         dq_in_o = tl.zeros([C, BH], dtype=tl.float32)
         dk_in_e = tl.zeros([C, BH], dtype=tl.float32)
@@ -182,14 +209,14 @@ def bwd_dqk_kernel(q_ptr, k_ptr, v_ptr, z_ptr, do_ptr, dq_ptr, dk_ptr, qb_ptr, k
             dyd = dy.to(DOT_DT)
             vd = v.to(DOT_DT)
             dyvt += tl.dot(dyd, tl.trans(vd), input_precision=PREC)
-            if DOT_DT == tl.float32:
+            if HALVES:
                 dyvt_t += tl.dot(vd, tl.trans(dyd), input_precision=PREC)
-                ne = nb * BN + 2 * tl.arange(0, BH)
-                sp = sbase + p[:, None] * N + ne[None, :]
-                dq_in_e += tl.dot(dyd, tl.load(st_ptr + sp), input_precision=PREC)
-                dq_in_o += tl.dot(dyd, tl.load(st_ptr + sp + 1), input_precision=PREC)
-                dk_in_e += tl.dot(vd, tl.load(dst_ptr + sp), input_precision=PREC)
-                dk_in_o += tl.dot(vd, tl.load(dst_ptr + sp + 1), input_precision=PREC)
+                se, so = state_halves(st_ptr, sbase, p, nb, N, BN)
+                dse, dso = state_halves(dst_ptr, sbase, p, nb, N, BN)
+                dq_in_e += tl.dot(dyd, se.to(DOT_DT), input_precision=PREC)
+                dq_in_o += tl.dot(dyd, so.to(DOT_DT), input_precision=PREC)
+                dk_in_e += tl.dot(vd, dse.to(DOT_DT), input_precision=PREC)
+                dk_in_o += tl.dot(vd, dso.to(DOT_DT), input_precision=PREC)
             else:
                 s = tl.load(st_ptr + sbase + p[:, None] * N + n[None, :]).to(DOT_DT)  # [BP, BN]
                 dse = tl.load(dst_ptr + sbase + p[:, None] * N + n[None, :]).to(DOT_DT)
@@ -200,36 +227,32 @@ def bwd_dqk_kernel(q_ptr, k_ptr, v_ptr, z_ptr, do_ptr, dq_ptr, dk_ptr, qb_ptr, k
         a1 = tl.where(causal, tl.exp(tl.minimum(diff, 0.0)), 0.0) * dyvt
         # the group's q/k rows are re-read for every head (L1/L2 hits) instead of held across the head loop:
         # 32 fewer live registers per thread at 8 warps
-        qe, qo = load_pairs(q_ptr, qrow, m, nb * BN, C, BN)
-        ke, ko = load_pairs(k_ptr, qrow, m, nb * BN, C, BN)
+        qe, qo = load_pairs(q_ptr, qrow, m, nb * BN, C, BN, HALVES)
+        ke, ko = load_pairs(k_ptr, qrow, m, nb * BN, C, BN, HALVES)
         if HAS_BIAS:
-            qe, qo = add_bias_pairs(qe, qo, qb_ptr + h * N, nb * BN, BN)
-            ke, ko = add_bias_pairs(ke, ko, kb_ptr + h * N, nb * BN, BN)
+            qe, qo = add_bias_pairs(qe, qo, qb_ptr + h * N, nb * BN, BN, HALVES)
+            ke, ko = add_bias_pairs(ke, ko, kb_ptr + h * N, nb * BN, BN, HALVES)
         si, co = rotation_tile(ang_ptr, bidx * sa_b + t * sa_t + h * sa_h, m, dt, off_ptr + (c * H + h) * A, pa, A, C, BH)
         qre = qe * co - qo * si
         qro = qe * si + qo * co
         kre = ke * co - ko * si
         kro = ke * si + ko * co
-        if DOT_DT == tl.float32:
+        if HALVES:
             # (M∘dY Vᵀ)ᵀ = Mᵀ∘(V dYᵀ) formed directly (one more C×C×P dot) instead of a transposed operand
             a1t = tl.where(i[:, None] < i[None, :], tl.exp(tl.minimum(-diff, 0.0)), 0.0) * dyvt_t
-            dqe = ecs[:, None] * dq_in_e + tl.dot(a1, kre * scale[:, None], input_precision=PREC)
-            dqo = ecs[:, None] * dq_in_o + tl.dot(a1, kro * scale[:, None], input_precision=PREC)
-            dkke = tl.dot(a1t, qre, input_precision=PREC) + rev[:, None] * dk_in_e
-            dkko = tl.dot(a1t, qro, input_precision=PREC) + rev[:, None] * dk_in_o
-        else:
-            # 16-bit inputs: the rotated q̃ and k̃·scale enter as hi + lo halves (two dots each). dθ = dq̃ × q̃ − …
-            # cancels, and with q̃, k̃ rounded to bf16 its error reached 1.1e-2 (N = P = 64, interpreter and H200)
-            # against the 1e-2 bar; with the split 4.3e-3. Splitting (M∘dY Vᵀ) and the states as well gained
-            # little (3.4e-3) and nearly doubled the register spills (AOT, sm_90: 1084 against 580 bytes).
             ad = a1.to(DOT_DT)
-            q_hi, q_lo = split16(join_pairs(qre, qro, C, BN), DOT_DT)
-            k_hi, k_lo = split16(join_pairs(kre, kro, C, BN) * scale[:, None], DOT_DT)
-            dqr = ecs[:, None] * dq_in + (tl.dot(ad, k_hi, input_precision=PREC)
-                                          + tl.dot(ad, k_lo, input_precision=PREC))
-            ad_t = tl.trans(ad)
-            dkk = (tl.dot(ad_t, q_hi, input_precision=PREC)
-                   + tl.dot(ad_t, q_lo, input_precision=PREC)) + rev[:, None] * dk_in
+            adt = a1t.to(DOT_DT)
+            dqe = ecs[:, None] * dq_in_e + exact_dot(ad, kre * scale[:, None], DOT_DT, PREC)
+            dqo = ecs[:, None] * dq_in_o + exact_dot(ad, kro * scale[:, None], DOT_DT, PREC)
+            dkke = exact_dot(adt, qre, DOT_DT, PREC) + rev[:, None] * dk_in_e
+            dkko = exact_dot(adt, qro, DOT_DT, PREC) + rev[:, None] * dk_in_o
+        else:
+            # 16-bit dots on interleaved pair tiles; q̃ and k̃·scale split into hi + lo (exact_dot). Splitting
+            # (M∘dY Vᵀ) and the states as well gained little (3.4e-3 against 4.3e-3 for dθ) and nearly doubled the
+            # register spills (AOT, sm_90: 1084 against 580 bytes).
+            ad = a1.to(DOT_DT)
+            dqr = ecs[:, None] * dq_in + exact_dot(ad, join_pairs(kre, kro, C, BN) * scale[:, None], DOT_DT, PREC)
+            dkk = exact_dot(tl.trans(ad), join_pairs(qre, qro, C, BN), DOT_DT, PREC) + rev[:, None] * dk_in
             dqe, dqo = split_pairs(dqr, C, BH)
             dkke, dkko = split_pairs(dkk, C, BH)
         tl.store(dsc_ptr + nb * sc_n + bidx * s_b + h * s_h + t, tl.sum(dkke * kre + dkko * kro, 1), mask=m)
@@ -253,5 +276,5 @@ def bwd_dqk_kernel(q_ptr, k_ptr, v_ptr, z_ptr, do_ptr, dq_ptr, dk_ptr, qb_ptr, k
         dk_e += gke
         dk_o += gko
     part = hsi * NB_B * T * sq_t  # 0 when HS == 1 (then dq/dk are the outputs themselves)
-    store_pairs(dq_ptr + part, qrow, m, nb * BN, dq_e, dq_o, C, BN)
-    store_pairs(dk_ptr + part, qrow, m, nb * BN, dk_e, dk_o, C, BN)
+    store_pairs(dq_ptr + part, qrow, m, nb * BN, dq_e, dq_o, C, BN, HALVES)
+    store_pairs(dk_ptr + part, qrow, m, nb * BN, dk_e, dk_o, C, BN, HALVES)

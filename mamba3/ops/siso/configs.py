@@ -6,14 +6,16 @@ Why these tiles
   rotation pairs) and over P in blocks of ``bp``. The operands Triton stages in shared memory are C×bn, C×bp,
   bp×bn and C×C tiles, so a config's footprint depends on (chunk, bn, bp, dtype class) only (``launches.py``
   lists the AOT compiles that bound every shape).
-* Two paths. 16-bit inputs with N, P ≥ 64: 16-bit tensor-core dots on 64×64 tiles, chunk 64 on every
-  architecture (the chunk states, P·N fp32 per chunk and head, dominate memory traffic, so fewer, larger chunks
-  are faster). fp32 inputs (and 16-bit inputs with N or P < 64): IEEE FMA dots on bn = bp = 16 blocks with
-  chunk 32 — every dot's reduction extent ≤ 32, which Triton 3.6's FMA-dot code needs to stay in registers
+* Two paths. 16-bit inputs with N, P ≥ 64: 16-bit tensor-core dots on 64×64 tiles with the rotation pairs
+  re-interleaved into one operand, chunk 64 on every architecture (the chunk states, P·N fp32 per chunk and head,
+  dominate memory traffic, so fewer, larger chunks are faster). fp32 inputs (and 16-bit inputs with N or P < 64):
+  fp32 operands on tensor cores with tf32x3 dots (fp32-accurate), the pairs' even/odd halves as separate dot
+  operands (``halves``), bn = 32; chunk 64 with 64-wide P blocks on sm_90, chunk 32 with 32-wide blocks elsewhere
   (see ``choose_config``). Other chunks (16, 32, 64) are accepted when the caller asks.
 * warps: 4 for the chunk-state and output kernels (64×64 fp32 accumulators = 32 registers/thread at 128 threads),
-  8 for the two backward kernels at chunk 64 with bp ≥ 32 and bn = 64 (three C×bp / C×C accumulators live at
-  once), else 4 (see ``choose_config``: Triton 3.6 miscompiles 64×16 tiles at 8 warps on Hopper).
+  8 for the two backward kernels at chunk 64 with bp ≥ 32 and bn = 64 (or bn = 32 halves) (three C×bp / C×C
+  accumulators live at once), else 4 (see ``choose_config``: Triton 3.6 miscompiles 64×16 tiles at 8 warps on
+  Hopper).
 * num_stages = 1 everywhere: the loops over N/P blocks are 1–4 iterations (nothing to pipeline), and Blackwell
   (sm_100/sm_120) must not pipeline (the official kernel saw num_stages > 1 corrupt outputs there).
 * state_block = 256: the state-passing pass walks the chunks of a sequence sequentially; small slabs give
@@ -57,6 +59,20 @@ class SisoConfig:
     # 16-bit inputs: True feeds 16-bit tensor-core dots with interleaved (re-joined) pair tiles; False runs the
     # fp32 inputs' path (fp32 operands on even/odd halves, IEEE dots). See choose_config for when each is used.
     half_dots: bool = True
+    # True: the rotation pairs' even/odd halves are separate dot operands (a dot over an N block is the sum of
+    # two dots); False: they are re-interleaved into one C×BN operand (16-bit dots only)
+    halves: bool = False
+    # fp32 dot operands (fp32 inputs; 16-bit inputs without half_dots): "ieee" FMA dots or "tf32x3" tensor-core
+    # dots (three tf32 products, fp32-accurate); precision="tf32" overrides it
+    fp32_prec: str = "ieee"
+
+    def __post_init__(self):
+        if self.halves and self.half_dots:
+            # 16-bit dots on the stride-2 halves compiled but faulted (illegal address) and returned wrong gradients
+            # on the H200 (Triton 3.6, bn = 32 and 64; the interpreter runs them exactly): not offered
+            raise ValueError("SisoConfig: halves=True needs fp32 dot operands (half_dots=False)")
+        if self.fp32_prec not in ("ieee", "tf32x3"):
+            raise ValueError(f"SisoConfig: fp32_prec must be 'ieee' or 'tf32x3', got {self.fp32_prec!r}")
 
     def as_dict(self):
         return asdict(self)
@@ -75,12 +91,21 @@ def choose_config(spec: DeviceSpec, problem: SisoProblem) -> SisoConfig:
     half_dots = problem.dtype != "fp32" and problem.dstate >= 64 and problem.headdim >= 64
     if half_dots:
         bn, bp, default_order = 64, 64, [64, 32, 16]
+        halves, fp32_prec = False, "ieee"
     else:
-        # The fp32 path's dots are FMA loops (IEEE): Triton 3.6 holds a whole K extent of both operands in
-        # registers, and with K = 64 (chunk, bn or bp) ptxas gives up and spills 28-47 KB per thread in every
-        # chunk kernel on every architecture (AOT: 32-40 registers). K ≤ 32 compiles clean: chunk 32 with
-        # 16-wide N and P blocks (AOT, sm_90: 40-150 registers and no spills; bwd_dqk 255 / 40 B).
-        bn, bp, default_order = min(16, problem.dstate), min(16, problem.headdim), [32, 16]
+        # fp32 dot operands on tensor cores with tf32x3 (three tf32 products: fp32-accurate). IEEE (FMA) dots were
+        # slower and, with 32- or 64-wide reductions, made ptxas spill 8-47 KB per thread. The rotation pairs' even
+        # and odd halves are separate dot operands (loaded with stride 2, never re-interleaved) where they are
+        # ≥ 16 wide (tl.dot's K ≥ 16): bn = 32; N = 16 has 8-wide halves and takes one interleaved 16-wide block.
+        # Chunk 64 with 64-wide P blocks only on sm_90 (wgmma): elsewhere tf32x3 at chunk 64 sends ptxas into the
+        # spill-everything mode (AOT: 28-35 KB per thread in bwd_dv/bwd_dqk on sm_80/89/120), chunk 32 with
+        # 32-wide blocks compiles with ≈1 KB. H200, B8 T4096 fp32: chunk 64 7.4 / 49.0 ms, chunk 32 15.5 / 60.4 ms
+        # (fwd / fwd+bwd; IEEE at chunk 32: 132 / 201, the former 16-wide IEEE tiles 16.2 / 67.7).
+        wide = spec.arch == 90
+        bn = 32 if problem.dstate >= 32 else 16
+        bp = min(64 if wide else 32, problem.headdim)
+        default_order = [64, 32, 16] if wide else [32, 16]
+        halves, fp32_prec = bn >= 32, "tf32x3"
     want = problem.chunk_size
     if want is not None and want not in CHUNKS:
         raise ValueError(f"SISO Triton kernels support chunk_size 16, 32 or 64, got {want}")
@@ -91,9 +116,9 @@ def choose_config(spec: DeviceSpec, problem: SisoProblem) -> SisoConfig:
             # fewer rows or narrower tiles: 4 warps already cover them. 64-row × 16-column tiles at 8 warps are
             # miscompiled by Triton 3.6 on Hopper (MIMO's output and dv kernels fault or return wrong values there,
             # measured on the H200; the interpreter runs the same tiles exactly), so they are never chosen.
-            warps_bwd = 8 if chunk == 64 and bp >= 32 and bn >= 64 else 4
+            warps_bwd = 8 if chunk == 64 and bp >= 32 and (bn >= 64 or bn >= 32 and halves) else 4
             return SisoConfig(chunk=chunk, bn=bn, bp=bp, warps_chunk=4, warps_bwd=warps_bwd, stages=1,
-                              half_dots=half_dots)
+                              half_dots=half_dots, halves=halves, fp32_prec=fp32_prec)
     raise RuntimeError(
         f"no SISO configuration fits {spec.name} (sm_{spec.arch}): shared-memory opt-in limit "
         f"{spec.smem_optin} B, but chunk {order[-1]} needs about {_SMEM_NEED[order[-1]]} B")

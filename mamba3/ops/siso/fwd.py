@@ -13,12 +13,13 @@ Pipeline (all chunk-parallel except the light state pass; see ``mamba3/ops/commo
 
 The same ``chunk_state_kernel`` with MODE=1 computes the backward's local dS (Σ_i e^{cs_i}·dy_i q̃_iᵀ).
 
-Rotation: a C×BN tile of q or k is loaded contiguously and split into even/odd C×BN/2 halves in registers
-(``load_pairs``), rotated in fp32 and re-interleaved (``join_pairs``) into the C×BN dot operand, so N = 16 still
-gives 16-wide dot reductions. The fp32 path (FMA dots) keeps the halves as separate dot operands instead: Triton 3.6
-rejects re-interleaved/transposed FMA-dot operands on Blackwell ("Illegal shared layout"), found by the AOT lane.
-Angles, cumsums, decays and states are fp32 throughout; for 16-bit inputs the dot operands are cast to the
-input dtype (fp32 accumulation), for fp32 inputs the dots run with ``input_precision`` (IEEE by default).
+Rotation: a C×BN tile of q or k is loaded as even/odd C×BN/2 halves (``load_pairs``) and rotated in fp32. Two
+operand layouts (``SisoConfig.halves``): re-interleaved (``join_pairs``) into one C×BN dot operand (the 16-bit
+path), or the halves as separate dot operands, loaded and stored with stride 2 so that they never pass through a
+reshape (the fp32-operand path: Triton 3.6 rejects re-interleaved/transposed FMA-dot operands on Blackwell, and a
+dot over a block is the sum of the halves' dots). Angles, cumsums, decays and states are fp32 throughout; for
+16-bit inputs the dot operands are cast to the input dtype (fp32 accumulation), fp32 operands run with the
+config's fp32-accurate ``input_precision`` (tf32x3 by default) unless the caller opted into tf32.
 """
 from __future__ import annotations
 
@@ -35,7 +36,7 @@ def chunk_state_kernel(x_ptr, z_ptr, k_ptr, kb_ptr, adt_ptr, dt_ptr, trap_ptr, a
                        table_ptr, T, sx_t, sk_t, sa_t, sa_h, H, HPG, A,
                        N: tl.constexpr, P: tl.constexpr, C: tl.constexpr, BN: tl.constexpr, BP: tl.constexpr,
                        MODE: tl.constexpr, HAS_Z: tl.constexpr, HAS_BIAS: tl.constexpr,
-                       DOT_DT: tl.constexpr, PREC: tl.constexpr):
+                       HALVES: tl.constexpr, DOT_DT: tl.constexpr, PREC: tl.constexpr):
     sx_b, sk_b, s_h, s_b, sa_b = batch_strides(T, H, sx_t, sk_t, sa_t)
     # 1-D grid, chunk-major, then head, then (N block, P block) fastest: concurrent CTAs read neighbouring parts
     # of the same DRAM rows of v and k ((B, T, H, P) rows are H·P wide)
@@ -56,7 +57,7 @@ def chunk_state_kernel(x_ptr, z_ptr, k_ptr, kb_ptr, adt_ptr, dt_ptr, trap_ptr, a
         w = tl.exp(tl.sum(a, 0) - cs) * scale
     else:
         w = tl.exp(cs)
-    if DOT_DT != tl.float32:
+    if not HALVES:
         x = tl.load(x_ptr + xrow[:, None] + p[None, :], mask=m[:, None], other=0.0).to(tl.float32)  # [C, BP]
         if MODE == 1:
             if HAS_Z:
@@ -66,24 +67,24 @@ def chunk_state_kernel(x_ptr, z_ptr, k_ptr, kb_ptr, adt_ptr, dt_ptr, trap_ptr, a
     BH: tl.constexpr = BN // 2
     pa = nb * BH + tl.arange(0, BH)
     krow = bidx * sk_b + t * sk_t + g * N
-    ke, ko = load_pairs(k_ptr, krow, m, nb * BN, C, BN)
+    ke, ko = load_pairs(k_ptr, krow, m, nb * BN, C, BN, HALVES)
     if HAS_BIAS:
-        ke, ko = add_bias_pairs(ke, ko, kb_ptr + h * N, nb * BN, BN)
+        ke, ko = add_bias_pairs(ke, ko, kb_ptr + h * N, nb * BN, BN, HALVES)
     si, co = rotation_tile(ang_ptr, bidx * sa_b + t * sa_t + h * sa_h, m, dt, off_ptr + (c * H + h) * A, pa, A, C, BH)
     kre = ke * co - ko * si
     kro = ke * si + ko * co
-    if DOT_DT == tl.float32:
-        # fp32 (FMA dot): a transposed register operand crashes Triton 3.6 on Blackwell ("Illegal shared
-        # layout"), so the A operand is loaded transposed from memory instead.
+    if HALVES:
+        # a transposed register operand crashes Triton 3.6's FMA dots on Blackwell ("Illegal shared layout"),
+        # so the A operand is loaded transposed from memory instead.
         xt = tl.load(x_ptr + xrow[None, :] + p[:, None], mask=m[None, :], other=0.0).to(tl.float32)  # [BP, C]
         if MODE == 1:
             if HAS_Z:
                 zt = tl.load(z_ptr + xrow[None, :] + p[:, None], mask=m[None, :], other=0.0).to(tl.float32)
                 xt = xt * zt * tl.sigmoid(zt)
-        xw = xt * w[None, :]
+        xw = (xt * w[None, :]).to(DOT_DT)
         # and a re-interleaved (joined) B operand is illegal there too: one dot per half, strided stores
-        s_e = tl.dot(xw, kre, input_precision=PREC)  # [BP, BN/2]
-        s_o = tl.dot(xw, kro, input_precision=PREC)
+        s_e = tl.dot(xw, kre.to(DOT_DT), input_precision=PREC)  # [BP, BN/2]
+        s_o = tl.dot(xw, kro.to(DOT_DT), input_precision=PREC)
         ne = nb * BN + 2 * tl.arange(0, BH)
         sp = st_ptr + (c * H + h) * P * N + p[:, None] * N + ne[None, :]
         tl.store(sp, s_e)
@@ -97,15 +98,24 @@ def chunk_state_kernel(x_ptr, z_ptr, k_ptr, kb_ptr, adt_ptr, dt_ptr, trap_ptr, a
 
 
 @triton.jit
+def rotated_q_halves(q_ptr, qb_ptr, ang_ptr, off_ptr, qrow, arow, m, dt, nb, bias_off, A,
+                     C: tl.constexpr, BN: tl.constexpr, HAS_BIAS: tl.constexpr, STRIDED: tl.constexpr):
+    """N block ``nb`` of a chunk's rows of q̃ = R(θ)(q + b) as (even, odd) [C, BN/2] fp32 halves."""
+    BH: tl.constexpr = BN // 2
+    qe, qo = load_pairs(q_ptr, qrow, m, nb * BN, C, BN, STRIDED)
+    if HAS_BIAS:
+        qe, qo = add_bias_pairs(qe, qo, qb_ptr + bias_off, nb * BN, BN, STRIDED)
+    si, co = rotation_tile(ang_ptr, arow, m, dt, off_ptr, nb * BH + tl.arange(0, BH), A, C, BH)
+    return qe * co - qo * si, qe * si + qo * co
+
+
+@triton.jit
 def rotated_q_block(q_ptr, qb_ptr, ang_ptr, off_ptr, qrow, arow, m, dt, nb, bias_off, A,
                     C: tl.constexpr, BN: tl.constexpr, HAS_BIAS: tl.constexpr):
     """N block ``nb`` of a chunk's rows of q̃ = R(θ)(q + b) as a [C, BN] fp32 tile (pairs interleaved)."""
-    BH: tl.constexpr = BN // 2
-    qe, qo = load_pairs(q_ptr, qrow, m, nb * BN, C, BN)
-    if HAS_BIAS:
-        qe, qo = add_bias_pairs(qe, qo, qb_ptr + bias_off, nb * BN, BN)
-    si, co = rotation_tile(ang_ptr, arow, m, dt, off_ptr, nb * BH + tl.arange(0, BH), A, C, BH)
-    return join_pairs(qe * co - qo * si, qe * si + qo * co, C, BN)
+    qe, qo = rotated_q_halves(q_ptr, qb_ptr, ang_ptr, off_ptr, qrow, arow, m, dt, nb, bias_off, A, C, BN, HAS_BIAS,
+                              False)
+    return join_pairs(qe, qo, C, BN)
 
 
 @triton.jit
@@ -113,16 +123,34 @@ def rotated_qk_block(q_ptr, k_ptr, qb_ptr, kb_ptr, ang_ptr, off_ptr, qrow, arow,
                      C: tl.constexpr, BN: tl.constexpr, HAS_BIAS: tl.constexpr, DOT_DT: tl.constexpr):
     """N block ``nb`` of a chunk's rows: q̃ and k̃·scale as dot operands [C, BN] in DOT_DT, and the block's part
     of the unrotated biased q·k [C] in fp32 (equal to q̃·k̃: both rotate by the same θ_t)."""
+    qe, qo, ke, ko, qk = rotated_qk_halves(q_ptr, k_ptr, qb_ptr, kb_ptr, ang_ptr, off_ptr, qrow, arow, m, dt, scale,
+                                           nb, bias_off, A, C, BN, HAS_BIAS, False)
+    return join_pairs(qe, qo, C, BN).to(DOT_DT), join_pairs(ke, ko, C, BN).to(DOT_DT), qk
+
+
+@triton.jit
+def rotated_qk_halves(q_ptr, k_ptr, qb_ptr, kb_ptr, ang_ptr, off_ptr, qrow, arow, m, dt, scale, nb, bias_off, A,
+                      C: tl.constexpr, BN: tl.constexpr, HAS_BIAS: tl.constexpr, STRIDED: tl.constexpr):
+    """``rotated_qk_block`` on even/odd halves (fp32, [C, BN/2] each, never re-interleaved): q̃ₑ, q̃ₒ, (k̃·scale)ₑ,
+    (k̃·scale)ₒ and the block's part of q·k. A dot over the block is the sum of the two halves' dots."""
     BH: tl.constexpr = BN // 2
-    qe, qo = load_pairs(q_ptr, qrow, m, nb * BN, C, BN)
-    ke, ko = load_pairs(k_ptr, qrow, m, nb * BN, C, BN)
+    qe, qo = load_pairs(q_ptr, qrow, m, nb * BN, C, BN, STRIDED)
+    ke, ko = load_pairs(k_ptr, qrow, m, nb * BN, C, BN, STRIDED)
     if HAS_BIAS:
-        qe, qo = add_bias_pairs(qe, qo, qb_ptr + bias_off, nb * BN, BN)
-        ke, ko = add_bias_pairs(ke, ko, kb_ptr + bias_off, nb * BN, BN)
+        qe, qo = add_bias_pairs(qe, qo, qb_ptr + bias_off, nb * BN, BN, STRIDED)
+        ke, ko = add_bias_pairs(ke, ko, kb_ptr + bias_off, nb * BN, BN, STRIDED)
     si, co = rotation_tile(ang_ptr, arow, m, dt, off_ptr, nb * BH + tl.arange(0, BH), A, C, BH)
-    qr = join_pairs(qe * co - qo * si, qe * si + qo * co, C, BN).to(DOT_DT)
-    kk = (join_pairs(ke * co - ko * si, ke * si + ko * co, C, BN) * scale[:, None]).to(DOT_DT)
-    return qr, kk, tl.sum(qe * ke + qo * ko, 1)
+    sc = scale[:, None]
+    return (qe * co - qo * si, qe * si + qo * co, (ke * co - ko * si) * sc, (ke * si + ko * co) * sc,
+            tl.sum(qe * ke + qo * ko, 1))
+
+
+@triton.jit
+def state_halves(st_ptr, base, p, nb, N: tl.constexpr, BN: tl.constexpr):
+    """The (even, odd) state columns of N block ``nb`` for rows ``p``: two [BP, BN/2] fp32 tiles."""
+    ne = nb * BN + 2 * tl.arange(0, BN // 2)
+    sp = st_ptr + base + p[:, None] * N + ne[None, :]
+    return tl.load(sp), tl.load(sp + 1)
 
 
 @triton.jit(do_not_specialize=["T"])
@@ -130,7 +158,7 @@ def output_kernel(q_ptr, k_ptr, v_ptr, z_ptr, o_ptr, qb_ptr, kb_ptr, d_ptr, adt_
                   off_ptr, st_ptr, table_ptr, T, sq_t, sv_t, sa_t, sa_h, H, HPG, A,
                   N: tl.constexpr, P: tl.constexpr, C: tl.constexpr, BN: tl.constexpr, BP: tl.constexpr,
                   HAS_Z: tl.constexpr, HAS_D: tl.constexpr, HAS_BIAS: tl.constexpr,
-                  DOT_DT: tl.constexpr, PREC: tl.constexpr):
+                  HALVES: tl.constexpr, DOT_DT: tl.constexpr, PREC: tl.constexpr):
     sq_b, sv_b, s_h, s_b, sa_b = batch_strides(T, H, sq_t, sv_t, sa_t)
     pid = tl.program_id(0).to(tl.int64)  # 1-D grid: chunk, head, P block (fastest)
     pb = pid % (P // BP)
@@ -150,10 +178,17 @@ def output_kernel(q_ptr, k_ptr, v_ptr, z_ptr, o_ptr, qb_ptr, kb_ptr, d_ptr, adt_
     acc_qk = tl.zeros([C, C], dtype=tl.float32)
     qk = tl.zeros([C], dtype=tl.float32)
     for nb in range(N // BN):
-        qr, kk, qk_block = rotated_qk_block(q_ptr, k_ptr, qb_ptr, kb_ptr, ang_ptr, off_ptr + (c * H + h) * A, qrow,
-                                            arow, m, dt, scale, nb, h * N, A, C, BN, HAS_BIAS, DOT_DT)
+        if HALVES:
+            qre, qro, kke, kko, qk_block = rotated_qk_halves(q_ptr, k_ptr, qb_ptr, kb_ptr, ang_ptr,
+                                                             off_ptr + (c * H + h) * A, qrow, arow, m, dt, scale,
+                                                             nb, h * N, A, C, BN, HAS_BIAS, True)
+            acc_qk = tl.dot(qre.to(DOT_DT), tl.trans(kke.to(DOT_DT)), acc=acc_qk, input_precision=PREC)
+            acc_qk = tl.dot(qro.to(DOT_DT), tl.trans(kko.to(DOT_DT)), acc=acc_qk, input_precision=PREC)
+        else:
+            qr, kk, qk_block = rotated_qk_block(q_ptr, k_ptr, qb_ptr, kb_ptr, ang_ptr, off_ptr + (c * H + h) * A,
+                                                qrow, arow, m, dt, scale, nb, h * N, A, C, BN, HAS_BIAS, DOT_DT)
+            acc_qk += tl.dot(qr, tl.trans(kk), input_precision=PREC)
         qk += qk_block
-        acc_qk += tl.dot(qr, tl.trans(kk), input_precision=PREC)
     vrow = bidx * sv_b + t * sv_t + h * P
     v = tl.load(v_ptr + vrow[:, None] + p[None, :], mask=m[:, None], other=0.0)
     diff = cs[:, None] - cs[None, :]
@@ -162,11 +197,18 @@ def output_kernel(q_ptr, k_ptr, v_ptr, z_ptr, o_ptr, qb_ptr, kb_ptr, d_ptr, adt_
     y = tl.dot(mm.to(DOT_DT), v.to(DOT_DT), input_precision=PREC)
     ecs = tl.exp(cs)
     for nb in range(N // BN):
-        qs = rotated_q_block(q_ptr, qb_ptr, ang_ptr, off_ptr + (c * H + h) * A, qrow, arow, m, dt, nb, h * N, A, C,
-                             BN, HAS_BIAS) * ecs[:, None]
-        n = nb * BN + tl.arange(0, BN)
-        s = tl.load(st_ptr + (c * H + h) * P * N + p[:, None] * N + n[None, :]).to(DOT_DT)  # [BP, BN]
-        y = tl.dot(qs.to(DOT_DT), tl.trans(s), acc=y, input_precision=PREC)
+        if HALVES:
+            qse, qso = rotated_q_halves(q_ptr, qb_ptr, ang_ptr, off_ptr + (c * H + h) * A, qrow, arow, m, dt, nb,
+                                        h * N, A, C, BN, HAS_BIAS, True)
+            se, so = state_halves(st_ptr, (c * H + h) * P * N, p, nb, N, BN)
+            y = tl.dot((qse * ecs[:, None]).to(DOT_DT), tl.trans(se.to(DOT_DT)), acc=y, input_precision=PREC)
+            y = tl.dot((qso * ecs[:, None]).to(DOT_DT), tl.trans(so.to(DOT_DT)), acc=y, input_precision=PREC)
+        else:
+            qs = rotated_q_block(q_ptr, qb_ptr, ang_ptr, off_ptr + (c * H + h) * A, qrow, arow, m, dt, nb, h * N, A,
+                                 C, BN, HAS_BIAS) * ecs[:, None]
+            n = nb * BN + tl.arange(0, BN)
+            s = tl.load(st_ptr + (c * H + h) * P * N + p[:, None] * N + n[None, :]).to(DOT_DT)  # [BP, BN]
+            y = tl.dot(qs.to(DOT_DT), tl.trans(s), acc=y, input_precision=PREC)
     diag = gamma * qk
     if HAS_D:
         diag += tl.load(d_ptr + h).to(tl.float32)
