@@ -30,10 +30,11 @@ from triton.testing import do_bench  # noqa: E402
 SHAPES = [
     dict(name="B8-T4096-H32", B=8, T=4096, H=32, G=1, N=128, P=64, A=32),
     dict(name="B1-T32768-H32", B=1, T=32768, H=32, G=1, N=128, P=64, A=32),
-    # fp32 inputs (the FMA-dot path); no target in the issue, timed so that its speed is known
+    # fp32 inputs (the fp32-operand tf32x3 path); no target in the issue, timed so that its speed is known
     dict(name="B8-T4096-H32-fp32", B=8, T=4096, H=32, G=1, N=128, P=64, A=32, dtype="fp32"),
 ]
 DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
+KEYS = ("q", "k", "v", "adt", "dt", "trap", "q_bias", "k_bias", "angles", "D", "z")  # siso_triton's tensors
 TARGETS = {"fwd_ms": 0.65, "fwdbwd_ms": 2.2}
 
 
@@ -60,26 +61,33 @@ def traffic(shape, chunk, dtype_bytes=2):
     return fwd_bytes, fwd_flops, fwd_bytes + bwd_bytes, fwd_flops + bwd_flops
 
 
-def bench_shape(shape, ceil):
-    from mamba3.ops.siso.configs import choose_config, problem_for
-    from mamba3.ops.siso.function import _spec, siso_triton
+def timed_calls(args):
+    """(fwd, fwdbwd, leaves): the forward and the forward+backward of siso_triton on an inputs dict (the
+    dispatcher's configuration unless ``function._CONFIG_OVERRIDE`` is set), and the leaves whose grads to clear."""
+    from mamba3.ops.siso.function import siso_triton
 
-    dt = shape.get("dtype", "bf16")
-    args = make(shape, DTYPES[dt])
-    keys = ("q", "k", "v", "adt", "dt", "trap", "q_bias", "k_bias", "angles", "D", "z")
-    ins = [args[k] for k in keys]
-    cfg = choose_config(_spec(args["v"]), problem_for(args["q"], args["v"], None))
+    ins = [args[k] for k in KEYS]
+    leaves = [x.detach().requires_grad_(True) for x in ins]
+    do = torch.randn_like(args["v"])
 
     def fwd():
         return siso_triton(*ins, None, None, None, "ieee")
-
-    leaves = [x.detach().requires_grad_(True) for x in ins]
-    do = torch.randn_like(args["v"])
 
     def fwdbwd():
         out, _ = siso_triton(*leaves, None, None, None, "ieee")
         out.backward(do)
 
+    return fwd, fwdbwd, leaves
+
+
+def bench_shape(shape, ceil):
+    from mamba3.ops.siso.configs import choose_config, problem_for
+    from mamba3.ops.siso.function import _spec
+
+    dt = shape.get("dtype", "bf16")
+    args = make(shape, DTYPES[dt])
+    cfg = choose_config(_spec(args["v"]), problem_for(args["q"], args["v"], None))
+    fwd, fwdbwd, leaves = timed_calls(args)
     res = {"shape": shape, "config": cfg.as_dict()}
     with torch.no_grad():
         res["fwd_ms"] = do_bench(fwd, warmup=25, rep=200)
@@ -102,8 +110,7 @@ def cold_compile():
 
     shape = dict(B=1, T=512, H=4, G=1, N=128, P=64, A=32)
     args = make(shape)
-    keys = ("q", "k", "v", "adt", "dt", "trap", "q_bias", "k_bias", "angles", "D", "z")
-    leaves = [args[k].detach().requires_grad_(True) for k in keys]
+    leaves = [args[k].detach().requires_grad_(True) for k in KEYS]
     torch.cuda.synchronize()
     t = time.perf_counter()
     out, fs = siso_triton(*leaves, None, None, None, "ieee")

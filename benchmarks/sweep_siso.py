@@ -1,6 +1,6 @@
 """Sweep SISO kernel configurations on the current GPU (used to choose the dispatcher's defaults).
 
-    python3 benchmarks/sweep_siso.py --out sweep.json [--dtype bf16|fp32] [--only NAME,...]
+    python3 benchmarks/sweep_siso.py --out sweep.json [--shape B8|B1] [--only NAME,...]
 
 For each candidate configuration: the relative Frobenius error of the output and of every gradient against the
 float64 reference on a small case (B=2, T=300, H=4, N=128, P=64, A=32, D, Z, input states: a miscompiled
@@ -19,7 +19,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import torch  # noqa: E402
 from triton.testing import do_bench  # noqa: E402
 
-from benchmarks.bench_siso import DTYPES, make  # noqa: E402
+from benchmarks.bench_siso import DTYPES, make, timed_calls  # noqa: E402
 from benchmarks.common import kernel_breakdown  # noqa: E402
 from mamba3.ops.siso.configs import SisoConfig  # noqa: E402
 
@@ -56,20 +56,9 @@ def accuracy(cfg, dtype):
 def timing(cfg, shape, dtype):
     import mamba3.ops.siso.function as F
 
-    args = make(shape, dtype)
-    keys = ("q", "k", "v", "adt", "dt", "trap", "q_bias", "k_bias", "angles", "D", "z")
-    ins = [args[k] for k in keys]
-    leaves = [x.detach().requires_grad_(True) for x in ins]
-    do = torch.randn_like(args["v"])
+    fwd, fwdbwd, leaves = timed_calls(make(shape, dtype))
     F._CONFIG_OVERRIDE = cfg
     try:
-        def fwd():
-            return F.siso_triton(*ins, None, None, None, "ieee")
-
-        def fwdbwd():
-            out, _ = F.siso_triton(*leaves, None, None, None, "ieee")
-            out.backward(do)
-
         with torch.no_grad():
             tf = do_bench(fwd, warmup=10, rep=100)
         tb = do_bench(fwdbwd, warmup=5, rep=60, grad_to_none=leaves)

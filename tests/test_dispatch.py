@@ -57,8 +57,9 @@ def test_assert_rel_close_message():
 
 
 def test_siso_16bit_dots_only_on_64x64_tiles():
-    """16-bit SISO dots only where the H200 verified them (bn = bp = 64); narrower tiles take the fp32 path, and
-    8 backward warps only on tiles ≥ 32 wide (64×16 tiles at 8 warps were miscompiled)."""
+    """16-bit SISO dots only where the H200 verified them (bn = bp = 64); narrower tiles take the fp32-operand path
+    (tf32x3, on halves wherever they are ≥ 16 wide), and 8 backward warps only on tiles ≥ 32 wide (64×16 tiles at
+    8 warps were miscompiled)."""
     from mamba3.dispatch import CI_ARCHS, arch_spec
     from mamba3.ops.siso.configs import SisoProblem, choose_config
 

@@ -67,13 +67,12 @@ def bwd_dv_kernel(q_ptr, k_ptr, v_ptr, z_ptr, do_ptr, dv_ptr, dz_ptr, qb_ptr, kb
             se, so = state_halves(st_ptr, sbase, p, nb, N, BN)  # [BP, BN/2] fp32 each
             dse, dso = state_halves(dst_ptr, sbase, p, nb, N, BN)
             sdot += tl.sum(se * dse + so * dso, 1)
-            qre, qro, kke, kko = qre.to(DOT_DT), qro.to(DOT_DT), kke.to(DOT_DT), kko.to(DOT_DT)
             acc_qk = tl.dot(qre, tl.trans(kke), acc=acc_qk, input_precision=PREC)
             acc_qk = tl.dot(qro, tl.trans(kko), acc=acc_qk, input_precision=PREC)
-            acc_qs = tl.dot(qre, tl.trans(se.to(DOT_DT)), acc=acc_qs, input_precision=PREC)
-            acc_qs = tl.dot(qro, tl.trans(so.to(DOT_DT)), acc=acc_qs, input_precision=PREC)
-            acc_kd = tl.dot(kke, tl.trans(dse.to(DOT_DT)), acc=acc_kd, input_precision=PREC)
-            acc_kd = tl.dot(kko, tl.trans(dso.to(DOT_DT)), acc=acc_kd, input_precision=PREC)
+            acc_qs = tl.dot(qre, tl.trans(se), acc=acc_qs, input_precision=PREC)
+            acc_qs = tl.dot(qro, tl.trans(so), acc=acc_qs, input_precision=PREC)
+            acc_kd = tl.dot(kke, tl.trans(dse), acc=acc_kd, input_precision=PREC)
+            acc_kd = tl.dot(kko, tl.trans(dso), acc=acc_kd, input_precision=PREC)
         else:
             qr, kk, qk_block = rotated_qk_block(q_ptr, k_ptr, qb_ptr, kb_ptr, ang_ptr, off_ptr + (c * H + h) * A,
                                                 qrow, arow, m, dt, scale, nb, h * N, A, C, BN, HAS_BIAS, DOT_DT)
@@ -191,8 +190,8 @@ def bwd_dqk_kernel(q_ptr, k_ptr, v_ptr, z_ptr, do_ptr, dq_ptr, dk_ptr, qb_ptr, k
         dyvt_t = tl.zeros([C, C], dtype=tl.float32)
         dq_in = tl.zeros([C, BN], dtype=tl.float32)
         dk_in = tl.zeros([C, BN], dtype=tl.float32)
-        # HALVES: even/odd halves throughout, never re-interleaved (joined/split) and no transposed register
-        # operands: Triton 3.6's FMA dots on Blackwell reject both ("Illegal shared layout").
+        # HALVES (fp32 operands): even/odd halves throughout, never re-interleaved (joined/split) and no transposed
+        # register operands: Triton 3.6's FMA dots on Blackwell reject both ("Illegal shared layout").
         dq_in_e = tl.zeros([C, BH], dtype=tl.float32)
         dq_in_o = tl.zeros([C, BH], dtype=tl.float32)
         dk_in_e = tl.zeros([C, BH], dtype=tl.float32)
@@ -213,10 +212,10 @@ def bwd_dqk_kernel(q_ptr, k_ptr, v_ptr, z_ptr, do_ptr, dq_ptr, dk_ptr, qb_ptr, k
                 dyvt_t += tl.dot(vd, tl.trans(dyd), input_precision=PREC)
                 se, so = state_halves(st_ptr, sbase, p, nb, N, BN)
                 dse, dso = state_halves(dst_ptr, sbase, p, nb, N, BN)
-                dq_in_e += tl.dot(dyd, se.to(DOT_DT), input_precision=PREC)
-                dq_in_o += tl.dot(dyd, so.to(DOT_DT), input_precision=PREC)
-                dk_in_e += tl.dot(vd, dse.to(DOT_DT), input_precision=PREC)
-                dk_in_o += tl.dot(vd, dso.to(DOT_DT), input_precision=PREC)
+                dq_in_e += tl.dot(dyd, se, input_precision=PREC)
+                dq_in_o += tl.dot(dyd, so, input_precision=PREC)
+                dk_in_e += tl.dot(vd, dse, input_precision=PREC)
+                dk_in_o += tl.dot(vd, dso, input_precision=PREC)
             else:
                 s = tl.load(st_ptr + sbase + p[:, None] * N + n[None, :]).to(DOT_DT)  # [BP, BN]
                 dse = tl.load(dst_ptr + sbase + p[:, None] * N + n[None, :]).to(DOT_DT)
@@ -240,12 +239,10 @@ def bwd_dqk_kernel(q_ptr, k_ptr, v_ptr, z_ptr, do_ptr, dq_ptr, dk_ptr, qb_ptr, k
         if HALVES:
             # (M∘dY Vᵀ)ᵀ = Mᵀ∘(V dYᵀ) formed directly (one more C×C×P dot) instead of a transposed operand
             a1t = tl.where(i[:, None] < i[None, :], tl.exp(tl.minimum(-diff, 0.0)), 0.0) * dyvt_t
-            ad = a1.to(DOT_DT)
-            adt = a1t.to(DOT_DT)
-            dqe = ecs[:, None] * dq_in_e + exact_dot(ad, kre * scale[:, None], DOT_DT, PREC)
-            dqo = ecs[:, None] * dq_in_o + exact_dot(ad, kro * scale[:, None], DOT_DT, PREC)
-            dkke = exact_dot(adt, qre, DOT_DT, PREC) + rev[:, None] * dk_in_e
-            dkko = exact_dot(adt, qro, DOT_DT, PREC) + rev[:, None] * dk_in_o
+            dqe = ecs[:, None] * dq_in_e + tl.dot(a1, kre * scale[:, None], input_precision=PREC)
+            dqo = ecs[:, None] * dq_in_o + tl.dot(a1, kro * scale[:, None], input_precision=PREC)
+            dkke = tl.dot(a1t, qre, input_precision=PREC) + rev[:, None] * dk_in_e
+            dkko = tl.dot(a1t, qro, input_precision=PREC) + rev[:, None] * dk_in_o
         else:
             # 16-bit dots on interleaved pair tiles; q̃ and k̃·scale split into hi + lo (exact_dot). Splitting
             # (M∘dY Vᵀ) and the states as well gained little (3.4e-3 against 4.3e-3 for dθ) and nearly doubled the

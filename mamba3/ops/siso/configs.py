@@ -21,10 +21,10 @@ Why these tiles
 * state_block = 256: the state-passing pass walks the chunks of a sequence sequentially; small slabs give
   NS·H·(P·N/256) programs, enough in flight to reach copy bandwidth even for B = 1 (measured 3.8 TB/s on H200).
 
-Measured shared memory (AOT, N = P = 128, bytes incl. static; the largest kernel is bwd_dv/bwd_dqk):
-fp32 at an explicit chunk 64 with the former 64×64 blocks: 66,560 on sm_90 — every config fits 101,376 B with a
-wide margin. ``_SMEM_NEED`` holds that per-chunk worst case over the CI archs (conservative for the fp32 path's
-smaller blocks), used to refuse (with a clear message) devices that report less.
+Measured shared memory (AOT, N = P = 128, bytes incl. static; the largest kernel is bwd_dv): fp32 at chunk 64
+(sm_90's default, bn = 32, bp = 64): 66,560 on sm_90 — every config fits 101,376 B with a wide margin.
+``_SMEM_NEED`` holds the per-chunk worst case over the CI archs, used to refuse (with a clear message) devices that
+report less.
 """
 from __future__ import annotations
 
@@ -57,7 +57,7 @@ class SisoConfig:
     stages: int  # num_stages for every kernel (1: short loops; required on Blackwell)
     state_block: int = 256  # elements of the P×N state per state-passing program (more programs in flight)
     # 16-bit inputs: True feeds 16-bit tensor-core dots with interleaved (re-joined) pair tiles; False runs the
-    # fp32 inputs' path (fp32 operands on even/odd halves, IEEE dots). See choose_config for when each is used.
+    # fp32 inputs' path (fp32 dot operands, see halves and fp32_prec). See choose_config for when each is used.
     half_dots: bool = True
     # True: the rotation pairs' even/odd halves are separate dot operands (a dot over an N block is the sum of
     # two dots); False: they are re-interleaved into one C×BN operand (16-bit dots only)
@@ -112,8 +112,8 @@ def choose_config(spec: DeviceSpec, problem: SisoProblem) -> SisoConfig:
     order = [want] if want is not None else default_order
     for chunk in order:
         if _SMEM_NEED[chunk] <= spec.smem_optin:
-            # 8 warps only for 64-row chunks with bp ≥ 32 and bn = 64 (three C×bp / C×C accumulators live at once);
-            # fewer rows or narrower tiles: 4 warps already cover them. 64-row × 16-column tiles at 8 warps are
+            # 8 warps only for 64-row chunks with bp ≥ 32 and bn = 64 (or 32-wide halves) (three C×bp / C×C
+            # accumulators live at once); fewer rows or narrower tiles: 4 warps already cover them. 64-row × 16-column tiles at 8 warps are
             # miscompiled by Triton 3.6 on Hopper (MIMO's output and dv kernels fault or return wrong values there,
             # measured on the H200; the interpreter runs the same tiles exactly), so they are never chosen.
             warps_bwd = 8 if chunk == 64 and bp >= 32 and (bn >= 64 or bn >= 32 and halves) else 4

@@ -64,7 +64,6 @@ class _Ctx:
         # fp32 dot operands: the config's fp32-accurate mode (IEEE FMA or tf32x3 tensor-core dots) unless the
         # caller opted into tf32; 16-bit operands ignore it
         self.prec = "tf32" if precision == "tf32" else self.cfg.fp32_prec
-        self.halves = self.cfg.halves
         if N % 2 or N < 16 or (N & (N - 1)) or P < 16 or (P & (P - 1)):
             raise ValueError(f"SISO Triton kernels need N and P powers of two ≥ 16, got N={N}, P={P}")
         # tensors are contiguous: batch strides are T × these (derived in the kernels, see fwd.py)
@@ -104,7 +103,7 @@ def _states(ctx, q, k, v, adt, dt, trap, q_bias, k_bias, angles, input_states):
         v, v, k, k_bias if k_bias is not None else k, adt, dt, trap, angles, off, st, ch.chunk_table, ctx.T,
         ctx.sv_t, ctx.sq_t, ctx.sa_t, ctx.sa_h, H, ctx.HPG, A,
         N=N, P=P, C=cfg.chunk, BN=cfg.bn, BP=cfg.bp, MODE=0, HAS_Z=False, HAS_BIAS=k_bias is not None,
-        HALVES=ctx.halves, DOT_DT=ctx.dot_dt, PREC=ctx.prec, num_warps=cfg.warps_chunk, num_stages=cfg.stages)
+        HALVES=cfg.halves, DOT_DT=ctx.dot_dt, PREC=ctx.prec, num_warps=cfg.warps_chunk, num_stages=cfg.stages)
     s0, w0 = _s_init(ctx, dt, trap, input_states)
     final_ssm = torch.empty(ch.nseq, H, P, N, device=v.device, dtype=torch.float32)
     state_passing(st, gsum, ch, init=s0, final=final_ssm, block=cfg.state_block)
@@ -129,7 +128,7 @@ class SisoTritonFn(torch.autograd.Function):
             k_bias if k_bias is not None else k, D if D is not None else v, adt, dt, trap, angles, off, st,
             ch.chunk_table, c.T, c.sq_t, c.sv_t, c.sa_t, c.sa_h, c.H, c.HPG, c.A,
             N=c.N, P=c.P, C=cfg.chunk, BN=cfg.bn, BP=cfg.bp, HAS_Z=z is not None, HAS_D=D is not None,
-            HAS_BIAS=q_bias is not None, HALVES=c.halves, DOT_DT=c.dot_dt, PREC=c.prec, num_warps=cfg.warps_chunk,
+            HAS_BIAS=q_bias is not None, HALVES=cfg.halves, DOT_DT=c.dot_dt, PREC=c.prec, num_warps=cfg.warps_chunk,
             num_stages=cfg.stages)
         ctx.save_for_backward(q, k, v, adt, dt, trap, q_bias, k_bias, angles, D, z,
                               *(input_states if has_states else (None,) * 4))
@@ -155,7 +154,7 @@ class SisoTritonFn(torch.autograd.Function):
             dout, z if z is not None else dout, q, q_bias if q_bias is not None else q, adt, dt, trap, angles, off,
             dst, ch.chunk_table, T, c.sv_t, c.sq_t, c.sa_t, c.sa_h, H, c.HPG, A,
             N=N, P=P, C=cfg.chunk, BN=cfg.bn, BP=cfg.bp, MODE=1, HAS_Z=z is not None, HAS_BIAS=q_bias is not None,
-            HALVES=c.halves, DOT_DT=c.dot_dt, PREC=c.prec, num_warps=cfg.warps_chunk, num_stages=cfg.stages)
+            HALVES=cfg.halves, DOT_DT=c.dot_dt, PREC=c.prec, num_warps=cfg.warps_chunk, num_stages=cfg.stages)
         ds_init = torch.empty(ch.nseq, H, P, N, device=dev, dtype=torch.float32)
         state_passing(dst, gsum, ch, init=None if dfssm is None else dfssm.float().contiguous(), final=ds_init,
                       reverse=True, block=cfg.state_block)
@@ -172,7 +171,7 @@ class SisoTritonFn(torch.autograd.Function):
             adt, dt, trap, angles, off, st, dst, ddp, dgam, dadt,
             ch.chunk_table, T, B, ddp.stride(0), c.sq_t, c.sv_t, c.sa_t, c.sa_h, H, c.HPG, A,
             N=N, P=P, C=cfg.chunk, BN=cfg.bn, BP=cfg.bp, HAS_Z=z is not None, HAS_D=D is not None,
-            HAS_BIAS=q_bias is not None, HALVES=c.halves, DOT_DT=c.dot_dt, PREC=c.prec,
+            HAS_BIAS=q_bias is not None, HALVES=cfg.halves, DOT_DT=c.dot_dt, PREC=c.prec,
             num_warps=cfg.warps_bwd, num_stages=cfg.stages)
         nbk = N // cfg.bn
         hs = _head_split(c.HPG)
@@ -191,7 +190,7 @@ class SisoTritonFn(torch.autograd.Function):
             adt, dt, trap, angles, off, st, dst, dsc, dbq, dbk, R,
             ch.chunk_table, T, B, c.sq_t, c.sv_t, c.sa_t, c.sa_h, H, c.HPG, hs, A,
             N=N, P=P, C=cfg.chunk, BN=cfg.bn, BP=cfg.bp, HAS_Z=z is not None, HAS_BIAS=has_bias,
-            HALVES=c.halves, DOT_DT=c.dot_dt, PREC=c.prec, num_warps=cfg.warps_bwd, num_stages=cfg.stages)
+            HALVES=cfg.halves, DOT_DT=c.dot_dt, PREC=c.prec, num_warps=cfg.warps_bwd, num_stages=cfg.stages)
         del st, dst
         if hs > 1:
             dq, dk = dq.sum(0).to(q.dtype), dk.sum(0).to(k.dtype)

@@ -16,10 +16,11 @@ The same ``chunk_state_kernel`` with MODE=1 computes the backward's local dS (Σ
 Rotation: a C×BN tile of q or k is loaded as even/odd C×BN/2 halves (``load_pairs``) and rotated in fp32. Two
 operand layouts (``SisoConfig.halves``): re-interleaved (``join_pairs``) into one C×BN dot operand (the 16-bit
 path), or the halves as separate dot operands, loaded and stored with stride 2 so that they never pass through a
-reshape (the fp32-operand path: Triton 3.6 rejects re-interleaved/transposed FMA-dot operands on Blackwell, and a
-dot over a block is the sum of the halves' dots). Angles, cumsums, decays and states are fp32 throughout; for
-16-bit inputs the dot operands are cast to the input dtype (fp32 accumulation), fp32 operands run with the
-config's fp32-accurate ``input_precision`` (tf32x3 by default) unless the caller opted into tf32.
+reshape (the fp32-operand path, so HALVES implies DOT_DT = fp32: Triton 3.6 rejects re-interleaved/transposed
+FMA-dot operands on Blackwell, and a dot over a block is the sum of the halves' dots). Angles, cumsums, decays and
+states are fp32 throughout; for 16-bit inputs the dot operands are cast to the input dtype (fp32 accumulation),
+fp32 operands run with the config's fp32-accurate ``input_precision`` (tf32x3 by default) unless the caller opted
+into tf32.
 """
 from __future__ import annotations
 
@@ -81,12 +82,11 @@ def chunk_state_kernel(x_ptr, z_ptr, k_ptr, kb_ptr, adt_ptr, dt_ptr, trap_ptr, a
             if HAS_Z:
                 zt = tl.load(z_ptr + xrow[None, :] + p[:, None], mask=m[None, :], other=0.0).to(tl.float32)
                 xt = xt * zt * tl.sigmoid(zt)
-        xw = (xt * w[None, :]).to(DOT_DT)
+        xw = xt * w[None, :]
         # and a re-interleaved (joined) B operand is illegal there too: one dot per half, strided stores
-        s_e = tl.dot(xw, kre.to(DOT_DT), input_precision=PREC)  # [BP, BN/2]
-        s_o = tl.dot(xw, kro.to(DOT_DT), input_precision=PREC)
-        ne = nb * BN + 2 * tl.arange(0, BH)
-        sp = st_ptr + (c * H + h) * P * N + p[:, None] * N + ne[None, :]
+        s_e = tl.dot(xw, kre, input_precision=PREC)  # [BP, BN/2]
+        s_o = tl.dot(xw, kro, input_precision=PREC)
+        sp = state_pair_ptrs(st_ptr, (c * H + h) * P * N, p, nb, N, BN)
         tl.store(sp, s_e)
         tl.store(sp + 1, s_o)
     else:
@@ -110,6 +110,23 @@ def rotated_q_halves(q_ptr, qb_ptr, ang_ptr, off_ptr, qrow, arow, m, dt, nb, bia
 
 
 @triton.jit
+def rotated_qk_halves(q_ptr, k_ptr, qb_ptr, kb_ptr, ang_ptr, off_ptr, qrow, arow, m, dt, scale, nb, bias_off, A,
+                      C: tl.constexpr, BN: tl.constexpr, HAS_BIAS: tl.constexpr, STRIDED: tl.constexpr):
+    """``rotated_qk_block`` on even/odd halves (fp32, [C, BN/2] each, never re-interleaved): q̃ₑ, q̃ₒ, (k̃·scale)ₑ,
+    (k̃·scale)ₒ and the block's part of q·k. A dot over the block is the sum of the two halves' dots."""
+    BH: tl.constexpr = BN // 2
+    qe, qo = load_pairs(q_ptr, qrow, m, nb * BN, C, BN, STRIDED)
+    ke, ko = load_pairs(k_ptr, qrow, m, nb * BN, C, BN, STRIDED)
+    if HAS_BIAS:
+        qe, qo = add_bias_pairs(qe, qo, qb_ptr + bias_off, nb * BN, BN, STRIDED)
+        ke, ko = add_bias_pairs(ke, ko, kb_ptr + bias_off, nb * BN, BN, STRIDED)
+    si, co = rotation_tile(ang_ptr, arow, m, dt, off_ptr, nb * BH + tl.arange(0, BH), A, C, BH)
+    sc = scale[:, None]
+    return (qe * co - qo * si, qe * si + qo * co, (ke * co - ko * si) * sc, (ke * si + ko * co) * sc,
+            tl.sum(qe * ke + qo * ko, 1))
+
+
+@triton.jit
 def rotated_q_block(q_ptr, qb_ptr, ang_ptr, off_ptr, qrow, arow, m, dt, nb, bias_off, A,
                     C: tl.constexpr, BN: tl.constexpr, HAS_BIAS: tl.constexpr):
     """N block ``nb`` of a chunk's rows of q̃ = R(θ)(q + b) as a [C, BN] fp32 tile (pairs interleaved)."""
@@ -129,27 +146,16 @@ def rotated_qk_block(q_ptr, k_ptr, qb_ptr, kb_ptr, ang_ptr, off_ptr, qrow, arow,
 
 
 @triton.jit
-def rotated_qk_halves(q_ptr, k_ptr, qb_ptr, kb_ptr, ang_ptr, off_ptr, qrow, arow, m, dt, scale, nb, bias_off, A,
-                      C: tl.constexpr, BN: tl.constexpr, HAS_BIAS: tl.constexpr, STRIDED: tl.constexpr):
-    """``rotated_qk_block`` on even/odd halves (fp32, [C, BN/2] each, never re-interleaved): q̃ₑ, q̃ₒ, (k̃·scale)ₑ,
-    (k̃·scale)ₒ and the block's part of q·k. A dot over the block is the sum of the two halves' dots."""
-    BH: tl.constexpr = BN // 2
-    qe, qo = load_pairs(q_ptr, qrow, m, nb * BN, C, BN, STRIDED)
-    ke, ko = load_pairs(k_ptr, qrow, m, nb * BN, C, BN, STRIDED)
-    if HAS_BIAS:
-        qe, qo = add_bias_pairs(qe, qo, qb_ptr + bias_off, nb * BN, BN, STRIDED)
-        ke, ko = add_bias_pairs(ke, ko, kb_ptr + bias_off, nb * BN, BN, STRIDED)
-    si, co = rotation_tile(ang_ptr, arow, m, dt, off_ptr, nb * BH + tl.arange(0, BH), A, C, BH)
-    sc = scale[:, None]
-    return (qe * co - qo * si, qe * si + qo * co, (ke * co - ko * si) * sc, (ke * si + ko * co) * sc,
-            tl.sum(qe * ke + qo * ko, 1))
+def state_pair_ptrs(st_ptr, base, p, nb, N: tl.constexpr, BN: tl.constexpr):
+    """Pointers to the even state columns of N block ``nb`` for rows ``p`` ([BP, BN/2]; the odd ones are +1)."""
+    ne = nb * BN + 2 * tl.arange(0, BN // 2)
+    return st_ptr + base + p[:, None] * N + ne[None, :]
 
 
 @triton.jit
 def state_halves(st_ptr, base, p, nb, N: tl.constexpr, BN: tl.constexpr):
     """The (even, odd) state columns of N block ``nb`` for rows ``p``: two [BP, BN/2] fp32 tiles."""
-    ne = nb * BN + 2 * tl.arange(0, BN // 2)
-    sp = st_ptr + base + p[:, None] * N + ne[None, :]
+    sp = state_pair_ptrs(st_ptr, base, p, nb, N, BN)
     return tl.load(sp), tl.load(sp + 1)
 
 
@@ -182,8 +188,8 @@ def output_kernel(q_ptr, k_ptr, v_ptr, z_ptr, o_ptr, qb_ptr, kb_ptr, d_ptr, adt_
             qre, qro, kke, kko, qk_block = rotated_qk_halves(q_ptr, k_ptr, qb_ptr, kb_ptr, ang_ptr,
                                                              off_ptr + (c * H + h) * A, qrow, arow, m, dt, scale,
                                                              nb, h * N, A, C, BN, HAS_BIAS, True)
-            acc_qk = tl.dot(qre.to(DOT_DT), tl.trans(kke.to(DOT_DT)), acc=acc_qk, input_precision=PREC)
-            acc_qk = tl.dot(qro.to(DOT_DT), tl.trans(kko.to(DOT_DT)), acc=acc_qk, input_precision=PREC)
+            acc_qk = tl.dot(qre, tl.trans(kke), acc=acc_qk, input_precision=PREC)
+            acc_qk = tl.dot(qro, tl.trans(kko), acc=acc_qk, input_precision=PREC)
         else:
             qr, kk, qk_block = rotated_qk_block(q_ptr, k_ptr, qb_ptr, kb_ptr, ang_ptr, off_ptr + (c * H + h) * A,
                                                 qrow, arow, m, dt, scale, nb, h * N, A, C, BN, HAS_BIAS, DOT_DT)
@@ -201,8 +207,8 @@ def output_kernel(q_ptr, k_ptr, v_ptr, z_ptr, o_ptr, qb_ptr, kb_ptr, d_ptr, adt_
             qse, qso = rotated_q_halves(q_ptr, qb_ptr, ang_ptr, off_ptr + (c * H + h) * A, qrow, arow, m, dt, nb,
                                         h * N, A, C, BN, HAS_BIAS, True)
             se, so = state_halves(st_ptr, (c * H + h) * P * N, p, nb, N, BN)
-            y = tl.dot((qse * ecs[:, None]).to(DOT_DT), tl.trans(se.to(DOT_DT)), acc=y, input_precision=PREC)
-            y = tl.dot((qso * ecs[:, None]).to(DOT_DT), tl.trans(so.to(DOT_DT)), acc=y, input_precision=PREC)
+            y = tl.dot(qse * ecs[:, None], tl.trans(se), acc=y, input_precision=PREC)
+            y = tl.dot(qso * ecs[:, None], tl.trans(so), acc=y, input_precision=PREC)
         else:
             qs = rotated_q_block(q_ptr, qb_ptr, ang_ptr, off_ptr + (c * H + h) * A, qrow, arow, m, dt, nb, h * N, A,
                                  C, BN, HAS_BIAS) * ecs[:, None]

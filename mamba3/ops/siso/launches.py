@@ -6,8 +6,9 @@ device spec replaced by the architecture's. So the AOT lane compiles exactly wha
 same constexprs, warps, stages and argument specialisation.
 
 Problem classes compiled per arch: N = P = 128 at the dispatcher's chunk for bf16 (the 16-bit-dot path; fp16 has
-the same footprint) and fp32 (the fp32-operand path), fp32 at an explicit chunk 64 (the largest fp32-path footprint),
-and bf16 with N = 32 (16-bit inputs on the fp32-operand path). Why this bounds every shape: no tile grows with N or P
+the same footprint) and fp32 (the fp32-operand path on halves), fp32 at an explicit chunk 64 (the largest
+fp32-path footprint), fp32 with N = 16 (fp32 operands on one interleaved 16-wide block) and bf16 with N = 32 (16-bit
+inputs on the fp32-operand path). Why this bounds every shape: no tile grows with N or P
 (the kernels loop or grid over blocks of bn and bp, which depend only on the path), every tile is C×bn, C×bp,
 bp×bn or C×C, and each path's largest chunk is compiled. The three light kernels (chunk sums, state passing,
 angle backward) have tiny dtype-independent tiles and are compiled once.
@@ -29,6 +30,7 @@ def _problem_classes(default_only: bool = False):
     yield torch.float32, None, 128
     if not default_only:
         yield torch.float32, 64, 128
+    yield torch.float32, None, 16
     yield torch.bfloat16, None, 32
 
 
