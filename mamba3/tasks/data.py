@@ -141,7 +141,11 @@ class Batch:
     lengths: torch.Tensor     # (B,) long: task lengths L (after effective_length)
 
     def to(self, device):
-        return Batch(*(t.to(device) for t in (self.tokens, self.query, self.target, self.lengths)))
+        """On a CUDA device: copied from pinned memory without waiting for the device's queue to drain."""
+        fields = (self.tokens, self.query, self.target, self.lengths)
+        if torch.device(device).type == "cuda":
+            return Batch(*(t.pin_memory().to(device, non_blocking=True) for t in fields))
+        return Batch(*(t.to(device) for t in fields))
 
 
 def make_batch(task: str, lengths, g: torch.Generator, mult: bool = False) -> Batch:

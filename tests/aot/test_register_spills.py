@@ -6,9 +6,9 @@ whole reduction extent of both operands in registers, and with 64-wide extents p
 28-47 KB of spill stores per thread in every SISO fp32 kernel, on every architecture); tf32x3 dots at chunk 64 do
 the same on sm_80/89/120 (28-35 KB), not on sm_90. The fp32 path's default tiles avoid both
 (``ops/siso/configs.py``). The bound below is far under that failure and above the spills the kernels have at the
-255-register cap (AOT: bf16 output 124 B, bwd_dqk 336 B; fp32 tf32x3 bwd_dv/bwd_dqk 1.1-2.7 KB), so it fails on a
-relapse, not on ordinary register pressure. Explicit non-default chunks are not covered (chunk 64 on the fp32 path
-off sm_90 is the caller's choice).
+255-register cap (AOT, sm_90: bf16 bwd_dqk 420 B; fp32 tf32x3 bwd_dv/bwd_dqk 1.4-2.7 KB; sm_120: bf16 bwd_dv 2.3 KB,
+bwd_dqk 1.6 KB), so it fails on a relapse, not on ordinary register pressure. Explicit non-default chunks are
+not covered (chunk 64 on the fp32 path off sm_90 is the caller's choice).
 """
 
 import os
@@ -34,10 +34,10 @@ def _default_launches():
     return out
 
 
-# Known relapses, each a strict xfail so that a fix shows up as a failure to clean up here. The bf16 path's chunk-64
-# tiles are sized for sm_90: on sm_120 bwd_dv at 8 warps falls into the spill-everything mode (40 registers,
-# 13.6 KB per thread; chunk 32 at 4 warps compiles with 1.1 KB there, not yet verified on a GPU).
-_KNOWN = {(120, "bwd_dv_kernel-bfloat16-C64-BN64-BP64-num_warps8-num_stages1")}
+# Known relapses, each a strict xfail so that a fix shows up as a failure to clean up here. (The bf16 bwd_dv on
+# sm_120, 13.6 KB per thread with θ and sin/cos computed in the kernel, compiles with 2.3 KB since the kernels read
+# precomputed sin/cos planes.)
+_KNOWN: set[tuple[int, str]] = set()
 
 
 def _params():

@@ -8,6 +8,10 @@ Contract
 ``angle_offsets(asum, chunks, angle_state)`` → ``(offset (nchunks, H, A) fp32, final_angle (NS, H, A) fp32)``:
     θ at the start of chunk c is offset[c] + (within-chunk cumsum), offset[c] = (θ_init + Σ_{c'<c} asum[c']) mod 2π.
     The prefix runs in float64 over chunk sums wrapped mod 2π, so the angles' precision does not depend on T.
+``rotation_planes(angles, dt, offset, chunks, nheads, nangles)`` → ``(rot (2, B, T, H, A) fp32, plane)``: sin θ and
+    cos θ of every (token, head, angle), θ = offset[c] + within-chunk cumsum (as in the chunk kernels), computed once
+    per call so that the chunk kernels load them instead of recomputing θ and its sin/cos in every kernel and N
+    block; ``plane`` = B·T·H·A is the offset of the cos plane. One program per (chunk, head).
 ``angle_backward(R, dfinal_angle, angles, dt, chunks, ...)`` → ``(dangles fp32, ddt_angle (B, H, T) fp32,
     dangle_state (NS, H, A))``, where ``R`` (B, T, H, A) fp32 holds, per token, the *within-chunk reverse cumsum*
     of dθ (what the per-chunk backward kernels produce). The cross-chunk part (the gradient that later chunks
@@ -27,7 +31,7 @@ import triton.language as tl
 
 from .chunking import Chunks
 from .launch import launch
-from .tiles import batch_strides, chunk_row, tanh_sech2
+from .tiles import batch_strides, chunk_row, sincos, tanh_sech2, theta_tile
 
 TWO_PI = 2.0 * math.pi
 
@@ -70,6 +74,46 @@ def chunk_sums(adt, dt, angles, chunks: Chunks, nheads: int, nangles: int):
         adt, dt, angles, gsum, asum, chunks.chunk_table, adt.shape[-1], sa_t, sa_h, nheads, nangles, C=chunks.chunk_size, BA=triton.next_power_of_2(max(nangles, 1)),
         HAS_ANG=nangles > 0, num_warps=1)
     return gsum, asum[..., :nangles]
+
+
+@triton.jit(do_not_specialize=["T", "plane"])
+def rotation_kernel(ang_ptr, dt_ptr, off_ptr, rot_ptr, table_ptr, T, sa_t, sa_h, H, A, plane,
+                    C: tl.constexpr, BA: tl.constexpr):
+    _, _, s_h, s_b, sa_b = batch_strides(T, H, 0, 0, sa_t)
+    pid = tl.program_id(0).to(tl.int64)  # chunk-major, head fastest (as chunk_sums); grid axis 1: angle block
+    c = pid // H
+    h = pid % H
+    bidx, t0, L, _ = chunk_row(table_ptr, c)
+    i = tl.arange(0, C)
+    m = i < L
+    t = t0 + i
+    dt = tl.load(dt_ptr + bidx * s_b + h * s_h + t, mask=m, other=0.0).to(tl.float32)
+    pa = tl.program_id(1) * BA + tl.arange(0, BA)
+    si, co = sincos(theta_tile(ang_ptr, bidx * sa_b + t * sa_t + h * sa_h, m, dt, off_ptr + (c * H + h) * A, pa, A))
+    ptr = rot_ptr + ((bidx * T + t) * H + h)[:, None] * A + pa[None, :]
+    mm = m[:, None] & (pa < A)[None, :]
+    tl.store(ptr, si, mask=mm)
+    tl.store(ptr + plane, co, mask=mm)
+
+
+def rotation_planes(angles, dt, offset, chunks: Chunks, nheads: int, nangles: int):
+    """Launch :func:`rotation_kernel` (see the module docstring). dt: (B, H, T) unit time stride; angles
+    contiguous."""
+    B, T = dt.shape[0], dt.shape[-1]
+    plane = B * T * nheads * nangles
+    rot = torch.empty(2, B, T, nheads, max(nangles, 1), device=dt.device, dtype=torch.float32)
+    if nangles == 0:  # no rotation: the kernels never read the planes
+        return rot, plane
+    shared = angles.dim() == 3
+    sa_t = nangles if shared else nheads * nangles
+    sa_h = 0 if shared else nangles
+    # 1 warp on C×32 tiles: H200, B8 T4096 H32 A32: 0.22 ms (2 warps 0.32, 4: 0.28, 8: 0.32; copying the planes
+    # takes 0.13); more angles take more programs (a C×BA tile at 1 warp is C·BA/32 fp32 per thread)
+    ba = min(32, triton.next_power_of_2(nangles))
+    launch(rotation_kernel, (chunks.nchunks * nheads, triton.cdiv(nangles, ba)),
+           angles, dt, offset, rot, chunks.chunk_table, T, sa_t, sa_h, nheads, nangles, plane,
+           C=chunks.chunk_size, BA=ba, num_warps=1)
+    return rot, plane
 
 
 def _cumsum_chunks(x):

@@ -10,6 +10,9 @@ Contract: every helper works on one chunk of one (sequence, head): rows ``i = 0.
                       sequence's last token), and the within-chunk cumsum cs_t = Σ_{r≤t} a_r.
 * ``theta_tile``      θ (C × BA) = offset[c] + within-chunk cumsum of π·tanh(φ)·dt for the angle columns ``pa``
                       (columns ≥ A give θ = 0: no rotation). tanh is 2σ(2x)−1 (no libdevice: runs in the interpreter).
+* ``rotation_tile``   (sin θ, cos θ) of a chunk's rows and one N block's angle columns, loaded from the fp32 planes
+                      that ``cumsum.rotation_planes`` computes once per call (θ, its cumsum and sin/cos are not
+                      recomputed by every kernel and N block).
 * ``tanh_sech2``      tanh and sech² of x through one sigmoid.
 * ``sincos``          sin and cos for moderate |x| (θ < 2π + a chunk's increments): quadrant reduction by π/2
                       (three-constant Cody–Waite) and degree-9/10 polynomials on [−π/4, π/4]; abs error ≈ 1e-7. Plain
@@ -101,10 +104,15 @@ def theta_tile(ang_ptr, ang_row, m, dt, off_ptr, pa, A):
 
 
 @triton.jit
-def rotation_tile(ang_ptr, ang_row, m, dt, off_ptr, pa, A, C: tl.constexpr, BH: tl.constexpr):
-    """(sin θ, cos θ) for the angle columns ``pa`` of one N block; blocks past the A rotated pairs skip the work."""
+def rotation_tile(rot_ptr, plane, row, m, pa, A, C: tl.constexpr, BH: tl.constexpr):
+    """(sin θ, cos θ) [C, BH] for the angle columns ``pa`` of one N block, read from the precomputed planes
+    (``cumsum.rotation_planes``: sin at ``rot_ptr``, cos at ``rot_ptr + plane``; ``row``: (C,) element offsets of
+    the tokens' (head) rows). Columns ≥ A are (0, 1): no rotation; blocks past the A rotated pairs load nothing."""
     if tl.min(pa, 0) < A:
-        si, co = sincos(theta_tile(ang_ptr, ang_row, m, dt, off_ptr, pa, A))
+        mm = m[:, None] & (pa < A)[None, :]
+        ptr = rot_ptr + row[:, None] + pa[None, :]
+        si = tl.load(ptr, mask=mm, other=0.0)
+        co = tl.load(ptr + plane, mask=mm, other=1.0)
     else:
         si = tl.zeros([C, BH], dtype=tl.float32)
         co = tl.full([C, BH], 1.0, dtype=tl.float32)

@@ -28,14 +28,14 @@ from ..common.tiles import (add_bias_pairs, batch_strides, chunk_row, chunk_scal
 from .fwd import rotated_qk_block, rotated_qk_halves, state_halves
 
 
-@triton.jit(do_not_specialize=["T", "NB_B", "sd_n"])
+@triton.jit(do_not_specialize=["T", "NB_B", "sd_n", "rot_plane"])
 def bwd_dv_kernel(q_ptr, k_ptr, v_ptr, z_ptr, do_ptr, dv_ptr, dz_ptr, qb_ptr, kb_ptr, d_ptr, adt_ptr, dt_ptr,
-                  trap_ptr, ang_ptr, off_ptr, st_ptr, dst_ptr, ddp_ptr, dgam_ptr, dadt_ptr, table_ptr,
-                  T, NB_B, sd_n, sq_t, sv_t, sa_t, sa_h, H, HPG, A,
+                  trap_ptr, rot_ptr, rot_plane, st_ptr, dst_ptr, ddp_ptr, dgam_ptr, dadt_ptr, table_ptr,
+                  T, NB_B, sd_n, sq_t, sv_t, H, HPG, A,
                   N: tl.constexpr, P: tl.constexpr, C: tl.constexpr, BN: tl.constexpr, BP: tl.constexpr,
                   HAS_Z: tl.constexpr, HAS_D: tl.constexpr, HAS_BIAS: tl.constexpr,
                   HALVES: tl.constexpr, DOT_DT: tl.constexpr, PREC: tl.constexpr):
-    sq_b, sv_b, s_h, s_b, sa_b = batch_strides(T, H, sq_t, sv_t, sa_t)
+    sq_b, sv_b, s_h, s_b, _ = batch_strides(T, H, sq_t, sv_t, 0)
     sp_n = NB_B * s_b
     # 1-D grid, chunk-major then head then P block (fastest): concurrent CTAs share the DRAM rows of v/z/dO
     pid = tl.program_id(0).to(tl.int64)
@@ -52,7 +52,7 @@ def bwd_dv_kernel(q_ptr, k_ptr, v_ptr, z_ptr, do_ptr, dv_ptr, dz_ptr, qb_ptr, kb
     t = t0 + i
     p = pb * BP + tl.arange(0, BP)
     qrow = bidx * sq_b + t * sq_t + g * N
-    arow = bidx * sa_b + t * sa_t + h * sa_h
+    arow = (bidx * T + t) * (H * A) + h * A
     acc_qk = tl.zeros([C, C], dtype=tl.float32)
     acc_qs = tl.zeros([C, BP], dtype=tl.float32)
     acc_kd = tl.zeros([C, BP], dtype=tl.float32)
@@ -61,8 +61,8 @@ def bwd_dv_kernel(q_ptr, k_ptr, v_ptr, z_ptr, do_ptr, dv_ptr, dz_ptr, qb_ptr, kb
     sbase = (c * H + h) * P * N
     for nb in range(N // BN):
         if HALVES:
-            qre, qro, kke, kko, qk_block = rotated_qk_halves(q_ptr, k_ptr, qb_ptr, kb_ptr, ang_ptr,
-                                                             off_ptr + (c * H + h) * A, qrow, arow, m, dt, scale,
+            qre, qro, kke, kko, qk_block = rotated_qk_halves(q_ptr, k_ptr, qb_ptr, kb_ptr, rot_ptr,
+                                                             rot_plane, qrow, arow, m, scale,
                                                              nb, h * N, A, C, BN, HAS_BIAS, True)
             se, so = state_halves(st_ptr, sbase, p, nb, N, BN)  # [BP, BN/2] fp32 each
             dse, dso = state_halves(dst_ptr, sbase, p, nb, N, BN)
@@ -74,8 +74,8 @@ def bwd_dv_kernel(q_ptr, k_ptr, v_ptr, z_ptr, do_ptr, dv_ptr, dz_ptr, qb_ptr, kb
             acc_kd = tl.dot(kke, tl.trans(dse), acc=acc_kd, input_precision=PREC)
             acc_kd = tl.dot(kko, tl.trans(dso), acc=acc_kd, input_precision=PREC)
         else:
-            qr, kk, qk_block = rotated_qk_block(q_ptr, k_ptr, qb_ptr, kb_ptr, ang_ptr, off_ptr + (c * H + h) * A,
-                                                qrow, arow, m, dt, scale, nb, h * N, A, C, BN, HAS_BIAS, DOT_DT)
+            qr, kk, qk_block = rotated_qk_block(q_ptr, k_ptr, qb_ptr, kb_ptr, rot_ptr, rot_plane,
+                                                qrow, arow, m, scale, nb, h * N, A, C, BN, HAS_BIAS, DOT_DT)
             n = nb * BN + tl.arange(0, BN)
             s = tl.load(st_ptr + sbase + p[:, None] * N + n[None, :])  # [BP, BN] fp32
             dse = tl.load(dst_ptr + sbase + p[:, None] * N + n[None, :])
@@ -141,14 +141,14 @@ def exact_dot(a, b, DT: tl.constexpr, PREC: tl.constexpr):
         return tl.dot(a, hi, input_precision=PREC) + tl.dot(a, lo, input_precision=PREC)
 
 
-@triton.jit(do_not_specialize=["T", "NB_B"])
+@triton.jit(do_not_specialize=["T", "NB_B", "rot_plane"])
 def bwd_dqk_kernel(q_ptr, k_ptr, v_ptr, z_ptr, do_ptr, dq_ptr, dk_ptr, qb_ptr, kb_ptr, adt_ptr, dt_ptr, trap_ptr,
-                   ang_ptr, off_ptr, st_ptr, dst_ptr, dsc_ptr, dbq_ptr, dbk_ptr, r_ptr, table_ptr,
-                   T, NB_B, sq_t, sv_t, sa_t, sa_h, H, HPG, HS, A,
+                   rot_ptr, rot_plane, st_ptr, dst_ptr, dsc_ptr, dbq_ptr, dbk_ptr, r_ptr, table_ptr,
+                   T, NB_B, sq_t, sv_t, H, HPG, HS, A,
                    N: tl.constexpr, P: tl.constexpr, C: tl.constexpr, BN: tl.constexpr, BP: tl.constexpr,
                    HAS_Z: tl.constexpr, HAS_BIAS: tl.constexpr,
                    HALVES: tl.constexpr, DOT_DT: tl.constexpr, PREC: tl.constexpr):
-    sq_b, sv_b, s_h, s_b, sa_b = batch_strides(T, H, sq_t, sv_t, sa_t)
+    sq_b, sv_b, s_h, s_b, _ = batch_strides(T, H, sq_t, sv_t, 0)
     sr_t = H * A
     sr_b = T * sr_t
     sc_n = NB_B * s_b
@@ -231,7 +231,7 @@ def bwd_dqk_kernel(q_ptr, k_ptr, v_ptr, z_ptr, do_ptr, dq_ptr, dk_ptr, qb_ptr, k
         if HAS_BIAS:
             qe, qo = add_bias_pairs(qe, qo, qb_ptr + h * N, nb * BN, BN, HALVES)
             ke, ko = add_bias_pairs(ke, ko, kb_ptr + h * N, nb * BN, BN, HALVES)
-        si, co = rotation_tile(ang_ptr, bidx * sa_b + t * sa_t + h * sa_h, m, dt, off_ptr + (c * H + h) * A, pa, A, C, BH)
+        si, co = rotation_tile(rot_ptr, rot_plane, (bidx * T + t) * (H * A) + h * A, m, pa, A, C, BH)
         qre = qe * co - qo * si
         qro = qe * si + qo * co
         kre = ke * co - ko * si

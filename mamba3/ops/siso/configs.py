@@ -134,7 +134,8 @@ def describe(spec: DeviceSpec) -> list[dict]:
     for dt in ("bf16", "fp32"):
         prob = SisoProblem(dtype=dt, dstate=128, headdim=64)
         cfg = choose_config(spec, prob)
-        for kern in ("chunk_sums", "chunk_state", "state_passing", "output", "bwd_dv", "bwd_dqk", "angle_bwd"):
+        for kern in ("chunk_sums", "rotation_planes", "chunk_state", "state_passing", "output", "bwd_dv", "bwd_dqk",
+                     "angle_bwd"):
             out.append({"kernel": f"siso.{kern}", "config": cfg.as_dict(), "problem": asdict(prob)})
     return out
 

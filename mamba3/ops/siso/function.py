@@ -1,6 +1,7 @@
 """``siso_triton``: the autograd Function over the SISO Triton kernels (entry point called by ``mamba3_siso``).
 
-Forward: chunk sums → float64 angle offsets → chunk states → state passing → outputs (see ``fwd.py``).
+Forward: chunk sums → float64 angle offsets → sin/cos of every angle (fp32 planes) → chunk states → state passing
+→ outputs (see ``fwd.py``).
 Backward: recomputes the chunk states (nothing of size P×N per chunk is kept between forward and backward),
 computes the local dS per chunk, passes dS backwards across chunks, then the two per-chunk gradient kernels
 (``bwd.py``) and the angle backward (``common/cumsum.py``). A few O(B·H·T) elementwise steps (ddt, dtrap from
@@ -19,7 +20,7 @@ from mamba3.dispatch import DeviceSpec
 
 from ..common.chunking import make_chunks
 from ..common.launch import launch
-from ..common.cumsum import angle_backward, angle_offsets, chunk_sums
+from ..common.cumsum import angle_backward, angle_offsets, chunk_sums, rotation_planes
 from ..common.state_passing import state_passing
 from .bwd import bwd_dqk_kernel, bwd_dv_kernel
 from .configs import choose_config, problem_for
@@ -57,7 +58,6 @@ class _Ctx:
         self.B, self.T, self.G, self.N, self.H, self.P = B, T, G, N, H, P
         self.HPG = H // G
         self.A = angles.shape[-1]
-        self.shared = angles.dim() == 3
         self.cfg = _CONFIG_OVERRIDE or choose_config(_spec(v), problem_for(q, v, chunk_size))
         self.chunks = make_chunks(B, T, self.cfg.chunk, cu_seqlens, v.device)
         self.dot_dt = _TL[v.dtype] if v.dtype != torch.float32 and self.cfg.half_dots else tl.float32
@@ -69,8 +69,6 @@ class _Ctx:
         # tensors are contiguous: batch strides are T × these (derived in the kernels, see fwd.py)
         self.sq_t = G * N
         self.sv_t = H * P
-        self.sa_t = self.A if self.shared else H * self.A
-        self.sa_h = 0 if self.shared else self.A
 
 
 def _head_split(hpg: int, most: int = 8) -> int:
@@ -98,16 +96,17 @@ def _states(ctx, q, k, v, adt, dt, trap, q_bias, k_bias, angles, input_states):
     H, N, P, A = ctx.H, ctx.N, ctx.P, ctx.A
     gsum, asum = chunk_sums(adt, dt, angles, ch, H, A)
     off, final_angle = angle_offsets(asum, ch, None if input_states is None else input_states[0])
+    rot, plane = rotation_planes(angles, dt, off, ch, H, A)
     st = torch.empty(ch.nchunks, H, P, N, device=v.device, dtype=torch.float32)
     launch(chunk_state_kernel, (ch.nchunks * H * (N // cfg.bn) * (P // cfg.bp),), 
-        v, v, k, k_bias if k_bias is not None else k, adt, dt, trap, angles, off, st, ch.chunk_table, ctx.T,
-        ctx.sv_t, ctx.sq_t, ctx.sa_t, ctx.sa_h, H, ctx.HPG, A,
+        v, v, k, k_bias if k_bias is not None else k, adt, dt, trap, rot, plane, st, ch.chunk_table, ctx.T,
+        ctx.sv_t, ctx.sq_t, H, ctx.HPG, A,
         N=N, P=P, C=cfg.chunk, BN=cfg.bn, BP=cfg.bp, MODE=0, HAS_Z=False, HAS_BIAS=k_bias is not None,
         HALVES=cfg.halves, DOT_DT=ctx.dot_dt, PREC=ctx.prec, num_warps=cfg.warps_chunk, num_stages=cfg.stages)
     s0, w0 = _s_init(ctx, dt, trap, input_states)
     final_ssm = torch.empty(ch.nseq, H, P, N, device=v.device, dtype=torch.float32)
     state_passing(st, gsum, ch, init=s0, final=final_ssm, block=cfg.state_block)
-    return off, gsum, st, final_angle, final_ssm, w0
+    return (rot, plane), gsum, st, final_angle, final_ssm, w0
 
 
 class SisoTritonFn(torch.autograd.Function):
@@ -120,13 +119,13 @@ class SisoTritonFn(torch.autograd.Function):
         input_states = (_c(ang_in), _c(ssm_in), _c(k_in), _c(v_in)) if has_states else None
         c = _Ctx(q, v, angles, adt, chunk_size, cu_seqlens, precision)
         ch, cfg = c.chunks, c.cfg
-        off, gsum, st, final_angle, final_ssm, _ = _states(
+        (rot, plane), gsum, st, final_angle, final_ssm, _ = _states(
             c, q, k, v, adt, dt, trap, q_bias, k_bias, angles, input_states)
         out = torch.empty_like(v)
         launch(output_kernel, (ch.nchunks * c.H * (c.P // cfg.bp),), 
             q, k, v, z if z is not None else v, out, q_bias if q_bias is not None else q,
-            k_bias if k_bias is not None else k, D if D is not None else v, adt, dt, trap, angles, off, st,
-            ch.chunk_table, c.T, c.sq_t, c.sv_t, c.sa_t, c.sa_h, c.H, c.HPG, c.A,
+            k_bias if k_bias is not None else k, D if D is not None else v, adt, dt, trap, rot, plane, st,
+            ch.chunk_table, c.T, c.sq_t, c.sv_t, c.H, c.HPG, c.A,
             N=c.N, P=c.P, C=cfg.chunk, BN=cfg.bn, BP=cfg.bp, HAS_Z=z is not None, HAS_D=D is not None,
             HAS_BIAS=q_bias is not None, HALVES=cfg.halves, DOT_DT=c.dot_dt, PREC=c.prec, num_warps=cfg.warps_chunk,
             num_stages=cfg.stages)
@@ -147,12 +146,12 @@ class SisoTritonFn(torch.autograd.Function):
         if dout is None:
             dout = torch.zeros_like(v)
         dout = dout.contiguous()
-        off, gsum, st, _, _, w0 = _states(c, q, k, v, adt, dt, trap, q_bias, k_bias, angles, input_states)
+        (rot, plane), gsum, st, _, _, w0 = _states(c, q, k, v, adt, dt, trap, q_bias, k_bias, angles, input_states)
         # local dS per chunk, then the reverse state pass (dS arriving at the end of every chunk)
         dst = torch.empty_like(st)
         launch(chunk_state_kernel, (ch.nchunks * H * (N // cfg.bn) * (P // cfg.bp),), 
-            dout, z if z is not None else dout, q, q_bias if q_bias is not None else q, adt, dt, trap, angles, off,
-            dst, ch.chunk_table, T, c.sv_t, c.sq_t, c.sa_t, c.sa_h, H, c.HPG, A,
+            dout, z if z is not None else dout, q, q_bias if q_bias is not None else q, adt, dt, trap, rot, plane,
+            dst, ch.chunk_table, T, c.sv_t, c.sq_t, H, c.HPG, A,
             N=N, P=P, C=cfg.chunk, BN=cfg.bn, BP=cfg.bp, MODE=1, HAS_Z=z is not None, HAS_BIAS=q_bias is not None,
             HALVES=cfg.halves, DOT_DT=c.dot_dt, PREC=c.prec, num_warps=cfg.warps_chunk, num_stages=cfg.stages)
         ds_init = torch.empty(ch.nseq, H, P, N, device=dev, dtype=torch.float32)
@@ -168,8 +167,8 @@ class SisoTritonFn(torch.autograd.Function):
         launch(bwd_dv_kernel, (ch.nchunks * H * npb,), 
             q, k, v, z if z is not None else v, dout, dv, dz if dz is not None else dv,
             q_bias if q_bias is not None else q, k_bias if k_bias is not None else k, D if D is not None else v,
-            adt, dt, trap, angles, off, st, dst, ddp, dgam, dadt,
-            ch.chunk_table, T, B, ddp.stride(0), c.sq_t, c.sv_t, c.sa_t, c.sa_h, H, c.HPG, A,
+            adt, dt, trap, rot, plane, st, dst, ddp, dgam, dadt,
+            ch.chunk_table, T, B, ddp.stride(0), c.sq_t, c.sv_t, H, c.HPG, A,
             N=N, P=P, C=cfg.chunk, BN=cfg.bn, BP=cfg.bp, HAS_Z=z is not None, HAS_D=D is not None,
             HAS_BIAS=q_bias is not None, HALVES=cfg.halves, DOT_DT=c.dot_dt, PREC=c.prec,
             num_warps=cfg.warps_bwd, num_stages=cfg.stages)
@@ -187,11 +186,11 @@ class SisoTritonFn(torch.autograd.Function):
         R = torch.empty(B, T, H, max(A, 1), device=dev, dtype=torch.float32)  # every (token, angle) is written
         launch(bwd_dqk_kernel, (ch.nchunks * c.G * hs * nbk,), 
             q, k, v, z if z is not None else v, dout, dq, dk, q_bias if has_bias else q, k_bias if has_bias else k,
-            adt, dt, trap, angles, off, st, dst, dsc, dbq, dbk, R,
-            ch.chunk_table, T, B, c.sq_t, c.sv_t, c.sa_t, c.sa_h, H, c.HPG, hs, A,
+            adt, dt, trap, rot, plane, st, dst, dsc, dbq, dbk, R,
+            ch.chunk_table, T, B, c.sq_t, c.sv_t, H, c.HPG, hs, A,
             N=N, P=P, C=cfg.chunk, BN=cfg.bn, BP=cfg.bp, HAS_Z=z is not None, HAS_BIAS=has_bias,
             HALVES=cfg.halves, DOT_DT=c.dot_dt, PREC=c.prec, num_warps=cfg.warps_bwd, num_stages=cfg.stages)
-        del st, dst
+        del st, dst, rot
         if hs > 1:
             dq, dk = dq.sum(0).to(q.dtype), dk.sum(0).to(k.dtype)
         # angle path (adds the cross-chunk part of dθ)

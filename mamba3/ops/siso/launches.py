@@ -10,8 +10,8 @@ the same footprint) and fp32 (the fp32-operand path on halves), fp32 at an expli
 fp32-path footprint), fp32 with N = 16 (fp32 operands on one interleaved 16-wide block) and bf16 with N = 32 (16-bit
 inputs on the fp32-operand path). Why this bounds every shape: no tile grows with N or P
 (the kernels loop or grid over blocks of bn and bp, which depend only on the path), every tile is C×bn, C×bp,
-bp×bn or C×C, and each path's largest chunk is compiled. The three light kernels (chunk sums, state passing,
-angle backward) have tiny dtype-independent tiles and are compiled once.
+bp×bn or C×C, and each path's largest chunk is compiled. The four light kernels (chunk sums, rotation
+planes, state passing, angle backward) have tiny dtype-independent tiles and are compiled once.
 """
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ def _problem_classes(default_only: bool = False):
     yield torch.bfloat16, None, 32
 
 
-_LIGHT = ("chunk_sums_kernel", "state_passing_kernel", "angle_bwd_kernel")
+_LIGHT = ("chunk_sums_kernel", "rotation_kernel", "state_passing_kernel", "angle_bwd_kernel")
 
 
 def _record(spec, dtype, chunk, dstate):
