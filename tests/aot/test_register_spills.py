@@ -6,7 +6,7 @@ whole reduction extent of both operands in registers, and with 64-wide extents p
 28-47 KB of spill stores per thread in every SISO fp32 kernel, on every architecture); tf32x3 dots at chunk 64 do
 the same on sm_80/89/120 (28-35 KB), not on sm_90. The fp32 path's default tiles avoid both
 (``ops/siso/configs.py``). The bound below is far under that failure and above the spills the kernels have at the
-255-register cap (AOT, sm_90: bf16 bwd_dqk 420 B; fp32 tf32x3 bwd_dv/bwd_dqk 1.4-2.7 KB; sm_120: bf16 bwd_dv 2.3 KB,
+255-register cap (AOT, sm_90: bf16 bwd_dqk ≈ 0.4 KB; fp32 tf32x3 bwd_dv/bwd_dqk 1.4-2.7 KB; sm_120: bf16 bwd_dv 2.3 KB,
 bwd_dqk 1.6 KB), so it fails on a relapse, not on ordinary register pressure. Explicit non-default chunks are
 not covered (chunk 64 on the fp32 path off sm_90 is the caller's choice).
 """
