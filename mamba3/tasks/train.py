@@ -211,6 +211,7 @@ def train_run(args) -> dict:
     bar = Progress(args.steps, label, enabled=not args.quiet)
     t0 = time.time()
     run_loss = run_acc = None
+    info = ""  # the progress bar's text, refreshed every 25 steps
     model.train()
     batches = _batches(args, start, end)
     for step in range(args.steps):
@@ -243,7 +244,7 @@ def train_run(args) -> dict:
         if bar.enabled and (done % 25 == 0 or done == 1 or done == args.steps):
             info = (f"len<={max_len} loss {float(run_loss):.3f} acc {float(run_acc):.2f}"
                     + (f" val@{args.eval_len} {history[-1]['val_acc']:.3f}" if history else ""))
-        bar.update(done, info if bar.enabled else "")
+        bar.update(done, info)
     train_time = time.time() - t0
     save(ckpt_last, args.steps)
     if ckpt_best.exists():

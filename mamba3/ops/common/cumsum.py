@@ -31,7 +31,7 @@ import triton.language as tl
 
 from .chunking import Chunks
 from .launch import launch
-from .tiles import batch_strides, chunk_row, sincos, tanh_sech2, theta_tile
+from .tiles import batch_strides, chunk_row, head_angle_rows, sincos, tanh_sech2, theta_tile
 
 TWO_PI = 2.0 * math.pi
 
@@ -90,7 +90,7 @@ def rotation_kernel(ang_ptr, dt_ptr, off_ptr, rot_ptr, table_ptr, T, sa_t, sa_h,
     dt = tl.load(dt_ptr + bidx * s_b + h * s_h + t, mask=m, other=0.0).to(tl.float32)
     pa = tl.program_id(1) * BA + tl.arange(0, BA)
     si, co = sincos(theta_tile(ang_ptr, bidx * sa_b + t * sa_t + h * sa_h, m, dt, off_ptr + (c * H + h) * A, pa, A))
-    ptr = rot_ptr + ((bidx * T + t) * H + h)[:, None] * A + pa[None, :]
+    ptr = rot_ptr + head_angle_rows(bidx, t, h, T, H, A)[:, None] + pa[None, :]
     mm = m[:, None] & (pa < A)[None, :]
     tl.store(ptr, si, mask=mm)
     tl.store(ptr + plane, co, mask=mm)
@@ -141,8 +141,6 @@ def angle_bwd_kernel(ang_ptr, dt_ptr, r_ptr, dlater_ptr, dang_ptr, ddt_ptr, tabl
                      T, sa_t, sa_h, H, A,
                      C: tl.constexpr, BA: tl.constexpr, SHARED: tl.constexpr):
     _, _, s_h, s_b, sa_b = batch_strides(T, H, 0, 0, sa_t)
-    sr_t = H * A
-    sr_b = T * sr_t
     pid = tl.program_id(0).to(tl.int64)
     if SHARED:
         c = pid
@@ -170,7 +168,7 @@ def angle_bwd_kernel(ang_ptr, dt_ptr, r_ptr, dlater_ptr, dang_ptr, ddt_ptr, tabl
     for hh in range(nh):
         h = h0 + hh
         dt = tl.load(dt_ptr + bidx * s_b + h * s_h + t, mask=m, other=0.0).to(tl.float32)
-        r = tl.load(r_ptr + bidx * sr_b + t[:, None] * sr_t + h * A + pa[None, :], mask=mm, other=0.0)
+        r = tl.load(r_ptr + head_angle_rows(bidx, t, h, T, H, A)[:, None] + pa[None, :], mask=mm, other=0.0)
         g = r + tl.load(dlater_ptr + (c * H + h) * A + pa, mask=am, other=0.0)[None, :]
         g = tl.where(mm, g, 0.0)
         dphi += 3.141592653589793 * se * dt[:, None] * g

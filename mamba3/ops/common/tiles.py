@@ -10,6 +10,8 @@ Contract: every helper works on one chunk of one (sequence, head): rows ``i = 0.
                       sequence's last token), and the within-chunk cumsum cs_t = Σ_{r≤t} a_r.
 * ``theta_tile``      θ (C × BA) = offset[c] + within-chunk cumsum of π·tanh(φ)·dt for the angle columns ``pa``
                       (columns ≥ A give θ = 0: no rotation). tanh is 2σ(2x)−1 (no libdevice: runs in the interpreter).
+* ``head_angle_rows`` element offsets of rows (batch row, token, head) of a contiguous (B, T, H, A) tensor: the
+                      sin/cos planes and the per-token dθ sums R of the backward share that layout.
 * ``rotation_tile``   (sin θ, cos θ) of a chunk's rows and one N block's angle columns, loaded from the fp32 planes
                       that ``cumsum.rotation_planes`` computes once per call (θ, its cumsum and sin/cos are not
                       recomputed by every kernel and N block).
@@ -101,6 +103,12 @@ def theta_tile(ang_ptr, ang_row, m, dt, off_ptr, pa, A):
     inc = PI * th * dt[:, None]
     off = tl.load(off_ptr + pa, mask=am, other=0.0)
     return tl.cumsum(inc, 0) + off[None, :]
+
+
+@triton.jit
+def head_angle_rows(bidx, t, h, T, H, A):
+    """((bidx·T + t)·H + h)·A: offsets of rows of a contiguous (B, T, H, A) tensor (``t`` (C,) int64 tokens)."""
+    return ((bidx * T + t) * H + h) * A
 
 
 @triton.jit

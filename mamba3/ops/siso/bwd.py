@@ -23,8 +23,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from ..common.tiles import (add_bias_pairs, batch_strides, chunk_row, chunk_scalars, join_pairs, load_pairs,
-                            rotation_tile, split16, split_pairs, store_pairs)
+from ..common.tiles import (add_bias_pairs, batch_strides, chunk_row, chunk_scalars, head_angle_rows, join_pairs,
+                            load_pairs, rotation_tile, split16, split_pairs, store_pairs)
 from .fwd import rotated_qk_block, rotated_qk_halves, state_halves
 
 
@@ -52,7 +52,7 @@ def bwd_dv_kernel(q_ptr, k_ptr, v_ptr, z_ptr, do_ptr, dv_ptr, dz_ptr, qb_ptr, kb
     t = t0 + i
     p = pb * BP + tl.arange(0, BP)
     qrow = bidx * sq_b + t * sq_t + g * N
-    arow = (bidx * T + t) * (H * A) + h * A
+    arow = head_angle_rows(bidx, t, h, T, H, A)
     acc_qk = tl.zeros([C, C], dtype=tl.float32)
     acc_qs = tl.zeros([C, BP], dtype=tl.float32)
     acc_kd = tl.zeros([C, BP], dtype=tl.float32)
@@ -149,8 +149,6 @@ def bwd_dqk_kernel(q_ptr, k_ptr, v_ptr, z_ptr, do_ptr, dq_ptr, dk_ptr, qb_ptr, k
                    HAS_Z: tl.constexpr, HAS_BIAS: tl.constexpr,
                    HALVES: tl.constexpr, DOT_DT: tl.constexpr, PREC: tl.constexpr):
     sq_b, sv_b, s_h, s_b, _ = batch_strides(T, H, sq_t, sv_t, 0)
-    sr_t = H * A
-    sr_b = T * sr_t
     sc_n = NB_B * s_b
     # 1-D grid: chunk, then group, then head split, then N block (fastest). The HPG heads of a group are split
     # over HS programs (HPG // HS heads each, summed in registers); with HS > 1 each program writes an fp32
@@ -231,7 +229,8 @@ def bwd_dqk_kernel(q_ptr, k_ptr, v_ptr, z_ptr, do_ptr, dq_ptr, dk_ptr, qb_ptr, k
         if HAS_BIAS:
             qe, qo = add_bias_pairs(qe, qo, qb_ptr + h * N, nb * BN, BN, HALVES)
             ke, ko = add_bias_pairs(ke, ko, kb_ptr + h * N, nb * BN, BN, HALVES)
-        si, co = rotation_tile(rot_ptr, rot_plane, (bidx * T + t) * (H * A) + h * A, m, pa, A, C, BH)
+        arow = head_angle_rows(bidx, t, h, T, H, A)  # rows of the sin/cos planes and of R
+        si, co = rotation_tile(rot_ptr, rot_plane, arow, m, pa, A, C, BH)
         qre = qe * co - qo * si
         qro = qe * si + qo * co
         kre = ke * co - ko * si
@@ -258,7 +257,7 @@ def bwd_dqk_kernel(q_ptr, k_ptr, v_ptr, z_ptr, do_ptr, dq_ptr, dk_ptr, qb_ptr, k
         dth = (dqo * qre - dqe * qro) + (dko * kre - dke * kro)
         dth = tl.where(amask, dth, 0.0)
         rcs = tl.sum(dth, 0)[None, :] - tl.cumsum(dth, 0) + dth
-        tl.store(r_ptr + bidx * sr_b + t[:, None] * sr_t + h * A + pa[None, :], rcs, mask=amask)
+        tl.store(r_ptr + arow[:, None] + pa[None, :], rcs, mask=amask)
         gqe = tl.where(m[:, None], dqe * co + dqo * si + dqk[:, None] * ke, 0.0)
         gqo = tl.where(m[:, None], dqo * co - dqe * si + dqk[:, None] * ko, 0.0)
         gke = tl.where(m[:, None], dke * co + dko * si + dqk[:, None] * qe, 0.0)

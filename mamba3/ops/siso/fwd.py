@@ -32,8 +32,8 @@ import torch
 import triton
 import triton.language as tl
 
-from ..common.tiles import (add_bias_pairs, batch_strides, chunk_row, chunk_scalars, join_pairs, load_pairs,
-                            rotation_tile)
+from ..common.tiles import (add_bias_pairs, batch_strides, chunk_row, chunk_scalars, head_angle_rows, join_pairs,
+                            load_pairs, rotation_tile)
 
 
 @triton.jit(do_not_specialize=["T", "rot_plane"])
@@ -75,7 +75,7 @@ def chunk_state_kernel(x_ptr, z_ptr, k_ptr, kb_ptr, adt_ptr, dt_ptr, trap_ptr, r
     ke, ko = load_pairs(k_ptr, krow, m, nb * BN, C, BN, HALVES)
     if HAS_BIAS:
         ke, ko = add_bias_pairs(ke, ko, kb_ptr + h * N, nb * BN, BN, HALVES)
-    si, co = rotation_tile(rot_ptr, rot_plane, (bidx * T + t) * (H * A) + h * A, m, pa, A, C, BH)
+    si, co = rotation_tile(rot_ptr, rot_plane, head_angle_rows(bidx, t, h, T, H, A), m, pa, A, C, BH)
     kre = ke * co - ko * si
     kro = ke * si + ko * co
     if HALVES:
@@ -181,7 +181,7 @@ def output_kernel(q_ptr, k_ptr, v_ptr, z_ptr, o_ptr, qb_ptr, kb_ptr, d_ptr, adt_
     t = t0 + i
     p = pb * BP + tl.arange(0, BP)
     qrow = bidx * sq_b + t * sq_t + g * N
-    arow = (bidx * T + t) * (H * A) + h * A
+    arow = head_angle_rows(bidx, t, h, T, H, A)
     # Two passes over the N blocks keep one C×C or C×BP accumulator live at a time (the rotated q is rebuilt in
     # the second): 1) the scores Q̃(K̃·scale)ᵀ, consumed at once by the intra-chunk product; 2) the inter-chunk
     # term e^{cs}⊙(Q̃ Sᵀ) accumulated into the same output tile (q̃ rows pre-scaled by e^{cs} ≤ 1).
