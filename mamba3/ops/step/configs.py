@@ -7,7 +7,9 @@ the memory latency: each resident program keeps its whole tile's loads in flight
 holds, the more of them are loading while others compute. The tile is ~2K fp32 values in as few warps as
 registers allow: every warp repeats the per-column work (θ', cos/sin, the q̃/k̃ gathers) for its rows, so
 fewer warps per tile are cheaper (H200, bench_step.py, 16 × 128 tiles: SISO 1 / 2 / 4 / 8 warps 0.154 /
-0.159 / 0.161 / 0.239 ms; MIMO R = 4: 0.279 / 0.294 / 0.475 / 0.555; MIMO 8 × 128 @ 1 warp 0.272-0.276).
+0.159 / 0.161 / 0.239 ms; MIMO R = 4: 0.279 / 0.294 / 0.475 / 0.555; MIMO 8 × 128 @ 1 warp 0.272-0.276;
+after the state's row stride became a constexpr (kernel.py): SISO 16 × 128 @ 1 warp 0.1545, 8 × 128 @ 1 or 2
+warps 0.1521; MIMO 8 × 128 @ 1 warp 0.2535, 16 × 128 @ 1 warp 0.262).
 Nothing is staged through shared memory on purpose (only the small reductions of y = h'q̃ and the RMSNorm use it), so the kernels fit every
 architecture's budget with room to spare, and num_stages stays 1 (the N loop has at most a few iterations and
 prefetches its next tile by hand).
@@ -59,8 +61,8 @@ def choose_config(spec, problem: StepProblem) -> StepConfig:
         block_p, block_n, per_thread = min(full_p, 8), min(full_n, 64), 8
     elif problem.rank > 1:              # 8 rows × 128 columns in one warp: 8 programs per head at P = 64
         # MIMO's R rank vectors per column stay live beside the tile: 32 values per thread; one warp per program,
-        # since each warp repeats the R gathers and rotations (H200, R = 4: 8 × 128 @ 1 warp 0.272-0.276 ms
-        # against 16 × 128 @ 2 warps 0.297)
+        # since each warp repeats the R gathers and rotations (H200, R = 4: 8 × 128 @ 1 warp 0.254 ms
+        # against 16 × 128 @ 2 warps 0.299)
         block_p, block_n, per_thread = min(full_p, 8), min(full_n, 128), 32
     else:                               # 16 rows × 128 columns (512-byte rows): 4 programs per head at P = 64
         block_p, block_n = min(full_p, 16), min(full_n, 128)

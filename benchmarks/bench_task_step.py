@@ -1,0 +1,92 @@
+"""Time of one state-tracking training step (the sweep's unit of work) and where it goes.
+
+    python3 benchmarks/bench_task_step.py --out task_step.json [--d-models 32,64] [--len 160] [--steps 60]
+
+For each d_model: the parity classifier of ``mamba3.tasks`` (1 layer, d_state 64, headdim 16, batch 256, rows
+of length ``--len``, fp32) trained for ``--steps`` steps exactly as ``train_run`` does (AdamW fused on CUDA,
+clipping); reports wall ms/step with the host queueing ahead (no synchronisation inside the loop), the GPU's busy
+time per step, and the 12 largest CUDA kernels of one profiled step. Wall ≫ GPU busy means launch-bound (runs can
+share the GPU); wall ≈ GPU busy means the kernels bound the sweep.
+"""
+from __future__ import annotations
+
+import argparse
+import time
+
+import torch
+import torch.nn.functional as F
+
+from benchmarks.common import write_results
+from mamba3.tasks import data
+from mamba3.tasks.models import TaskModel, param_groups
+
+
+def one_config(d_model: int, length: int, steps: int, batch: int, variant: str) -> dict:
+    dev = torch.device("cuda")
+    torch.manual_seed(0)
+    model = TaskModel(data.VOCAB_SIZE, data.NUM_CLASSES["parity"], variant=variant, d_model=d_model,
+                      dt_min=0.5, dt_max=1.0).to(dev)
+    opt = torch.optim.AdamW(param_groups(model, 0.1), lr=1e-3, betas=(0.9, 0.95), fused=True)
+    g = torch.Generator().manual_seed(0)
+    b = data.sample_batch("parity", batch, length, length, g).to(dev)
+
+    def step():
+        logits = model(b.tokens, b.query).float()
+        loss = F.cross_entropy(logits, b.target)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+
+    for _ in range(5):  # compile + warm-up
+        step()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        step()
+    torch.cuda.synchronize()
+    wall = (time.perf_counter() - t0) / steps * 1e3
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA, ProfilerActivity.CPU]) as prof:
+        for _ in range(3):
+            step()
+        torch.cuda.synchronize()
+    kern, busy, launches = {}, 0.0, 0
+    for e in prof.key_averages():
+        t = getattr(e, "self_device_time_total", 0) or 0
+        if t and e.device_type == torch.autograd.DeviceType.CUDA:
+            kern[e.key[:70]] = round(t / 3e3, 4)
+            busy += t / 3e3
+            launches += e.count
+    top = dict(sorted(kern.items(), key=lambda kv: -kv[1])[:12])
+    return {"variant": variant, "d_model": d_model, "length": length, "batch": batch, "wall_ms_per_step": wall,
+            "gpu_busy_ms_per_step": busy, "kernels_per_step": launches / 3, "top_kernels_ms": top}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default="task_step.json")
+    ap.add_argument("--d-models", default="32,64")
+    ap.add_argument("--variants", default="mamba3")
+    ap.add_argument("--len", type=int, default=160)
+    ap.add_argument("--batch", type=int, default=256)
+    ap.add_argument("--steps", type=int, default=60)
+    a = ap.parse_args()
+    rows = []
+    for variant in a.variants.split(","):
+        for d in (int(x) for x in a.d_models.split(",")):
+            r = one_config(d, a.len, a.steps, a.batch, variant)
+            rows.append(r)
+            print(f"{variant} d{d} len {a.len}: wall {r['wall_ms_per_step']:.2f} ms/step, GPU busy "
+                  f"{r['gpu_busy_ms_per_step']:.2f} ms, {r['kernels_per_step']:.0f} kernels/step", flush=True)
+            for k, v in r["top_kernels_ms"].items():
+                print(f"    {v:8.4f} ms  {k}")
+    cols = ["variant", "d_model", "length", "batch", "wall_ms_per_step", "gpu_busy_ms_per_step", "kernels_per_step"]
+    write_results(a.out, "State-tracking training step (parity classifier, fp32, 1 layer)",
+                  [{c: r[c] for c in cols} for r in rows], {"top_kernels_ms": {f"{r['variant']} d{r['d_model']}":
+                                                                              r["top_kernels_ms"] for r in rows}})
+
+
+if __name__ == "__main__":
+    main()
