@@ -2,11 +2,14 @@
 
     python3 benchmarks/bench_task_step.py --out task_step.json [--d-models 32,64] [--len 160] [--steps 60]
 
-For each d_model: the parity classifier of ``mamba3.tasks`` (1 layer, d_state 64, headdim 16, batch 256, rows
-of length ``--len``, fp32) trained for ``--steps`` steps exactly as ``train_run`` does (AdamW fused on CUDA,
-clipping); reports wall ms/step with the host queueing ahead (no synchronisation inside the loop), the GPU's busy
-time per step, and the 12 largest CUDA kernels of one profiled step. Wall ≫ GPU busy means launch-bound (runs can
-share the GPU); wall ≈ GPU busy means the kernels bound the sweep.
+For each d_model and batching: the parity classifier of ``mamba3.tasks`` (1 layer, d_state 64, headdim 16, fp32)
+on one batch of the curriculum's last stage (256 rows of lengths uniform in [3, ``--len``]), padded (``--pack
+no``) or packed into one varlen sequence with host cu_seqlens (``--pack yes``, the CUDA default), trained for
+``--steps`` steps as ``train_run`` does (AdamW fused on CUDA, clipping). Reports wall ms/step with the host
+queueing ahead (no synchronisation inside the loop), the GPU's busy time per step, and the 12 largest CUDA
+kernels of one profiled step. Wall ≫ GPU busy means launch-bound (runs can share the GPU); wall ≈ GPU busy means
+the kernels bound the sweep. (benchmarks/results/task_step_h200.* were measured before the packed/padded rows,
+on 256 rows of length 160 exactly.)
 """
 from __future__ import annotations
 
@@ -21,17 +24,20 @@ from mamba3.tasks import data
 from mamba3.tasks.models import TaskModel, param_groups
 
 
-def one_config(d_model: int, length: int, steps: int, batch: int, variant: str) -> dict:
+def one_config(d_model: int, length: int, steps: int, batch: int, variant: str, packed: bool) -> dict:
     dev = torch.device("cuda")
     torch.manual_seed(0)
     model = TaskModel(data.VOCAB_SIZE, data.NUM_CLASSES["parity"], variant=variant, d_model=d_model,
                       dt_min=0.5, dt_max=1.0).to(dev)
     opt = torch.optim.AdamW(param_groups(model, 0.1), lr=1e-3, betas=(0.9, 0.95), fused=True)
     g = torch.Generator().manual_seed(0)
-    b = data.sample_batch("parity", batch, length, length, g).to(dev)
+    b = data.sample_batch("parity", batch, 3, length, g)
+    tokens_per_step = int((b.query + 1).sum()) if packed else b.tokens.numel()
+    b = (data.pack(b) if packed else b).to(dev)
+    args = (b.tokens, b.query, b.cu_seqlens) if packed else (b.tokens, b.query)
 
     def step():
-        logits = model(b.tokens, b.query).float()
+        logits = model(*args).float()
         loss = F.cross_entropy(logits, b.target)
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -60,7 +66,9 @@ def one_config(d_model: int, length: int, steps: int, batch: int, variant: str) 
             busy += t / 3e3
             launches += e.count
     top = dict(sorted(kern.items(), key=lambda kv: -kv[1])[:12])
-    return {"variant": variant, "d_model": d_model, "length": length, "batch": batch, "wall_ms_per_step": wall,
+    return {"variant": variant, "d_model": d_model, "max_length": length,
+            "batching": "packed" if packed else "padded", "tokens_per_step": tokens_per_step, "batch": batch,
+            "wall_ms_per_step": wall,
             "gpu_busy_ms_per_step": busy, "kernels_per_step": launches / 3, "top_kernels_ms": top}
 
 
@@ -75,17 +83,18 @@ def main():
     a = ap.parse_args()
     rows = []
     for variant in a.variants.split(","):
-        for d in (int(x) for x in a.d_models.split(",")):
-            r = one_config(d, a.len, a.steps, a.batch, variant)
+        for d, packed in ((int(x), p) for x in a.d_models.split(",") for p in (False, True)):
+            r = one_config(d, a.len, a.steps, a.batch, variant, packed)
             rows.append(r)
-            print(f"{variant} d{d} len {a.len}: wall {r['wall_ms_per_step']:.2f} ms/step, GPU busy "
+            print(f"{variant} d{d} {r['batching']} len ≤ {a.len}: wall {r['wall_ms_per_step']:.2f} ms/step, GPU busy "
                   f"{r['gpu_busy_ms_per_step']:.2f} ms, {r['kernels_per_step']:.0f} kernels/step", flush=True)
             for k, v in r["top_kernels_ms"].items():
                 print(f"    {v:8.4f} ms  {k}")
-    cols = ["variant", "d_model", "length", "batch", "wall_ms_per_step", "gpu_busy_ms_per_step", "kernels_per_step"]
+    cols = ["variant", "d_model", "max_length", "batching", "tokens_per_step", "batch", "wall_ms_per_step",
+            "gpu_busy_ms_per_step", "kernels_per_step"]
+    top = {f"{r['variant']} d{r['d_model']} {r['batching']}": r["top_kernels_ms"] for r in rows}
     write_results(a.out, "State-tracking training step (parity classifier, fp32, 1 layer)",
-                  [{c: r[c] for c in cols} for r in rows], {"top_kernels_ms": {f"{r['variant']} d{r['d_model']}":
-                                                                              r["top_kernels_ms"] for r in rows}})
+                  [{c: r[c] for c in cols} for r in rows], {"top_kernels_ms": top})
 
 
 if __name__ == "__main__":

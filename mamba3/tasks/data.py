@@ -148,6 +148,35 @@ class Batch:
         return Batch(*(t.to(device) for t in fields))
 
 
+@dataclass
+class PackedBatch:
+    """A Batch's rows cut after their EQ and concatenated into one varlen sequence (no padding is computed)."""
+
+    tokens: torch.Tensor      # (1, total) long: row 0's BOS … EQ, then row 1's, …
+    cu_seqlens: torch.Tensor  # (B + 1,) int32 on the host: offsets of the rows in ``tokens``
+    query: torch.Tensor       # (B,) long: the position of each row's EQ in ``tokens``
+    target: torch.Tensor      # (B,) long
+
+    def to(self, device):
+        """tokens, query and target to ``device`` (pinned, non-blocking on CUDA); cu_seqlens stays on the host,
+        where the varlen kernels read it without synchronising with the device."""
+        fields = (self.tokens, self.query, self.target)
+        if torch.device(device).type == "cuda":
+            tokens, query, target = (t.pin_memory().to(device, non_blocking=True) for t in fields)
+        else:
+            tokens, query, target = (t.to(device) for t in fields)
+        return PackedBatch(tokens, self.cu_seqlens, query, target)
+
+
+def pack(batch: Batch) -> PackedBatch:
+    """``batch`` as one varlen sequence: each row up to and including its EQ (what a causal model reads)."""
+    n = batch.query + 1
+    keep = torch.arange(batch.tokens.shape[1])[None, :] < n[:, None]
+    cu = torch.zeros(n.numel() + 1, dtype=torch.int64)
+    cu[1:] = torch.cumsum(n, 0)
+    return PackedBatch(batch.tokens[keep][None, :], cu.to(torch.int32), cu[1:] - 1, batch.target)
+
+
 def make_batch(task: str, lengths, g: torch.Generator, mult: bool = False) -> Batch:
     """One batch with a per-row task length (``lengths``: a list/tensor of ints), right-padded."""
     lengths = torch.as_tensor(lengths, dtype=torch.long)

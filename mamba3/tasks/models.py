@@ -60,19 +60,24 @@ class FixedRopeMamba3(Mamba3):
         self.rope_freq._no_weight_decay = True
 
     def forward(self, u, seq_idx=None, cu_seqlens=None, inference_params=None):
-        if seq_idx is not None or cu_seqlens is not None or inference_params is not None:
-            raise NotImplementedError("FixedRopeMamba3 supports plain (B, T, d_model) training forwards only")
+        if seq_idx is not None or inference_params is not None:
+            raise NotImplementedError("FixedRopeMamba3 supports training forwards only (dense or cu_seqlens)")
         bsz, T, _ = u.shape
         H, G = self.nheads, self.ngroups
         z, x, Bp, Cp, ADT, DT, trap, angles = self._project(u)
         q = Cp[:, :, 0].repeat_interleave(H // G, dim=2) + self.C_bias[:, 0].to(Cp.dtype)    # (B, T, H, N)
         k = Bp[:, :, 0].repeat_interleave(H // G, dim=2) + self.B_bias[:, 0].to(Bp.dtype)
         pos = torch.arange(T, device=u.device, dtype=torch.float32)
+        if cu_seqlens is not None:  # positions restart at every packed sequence (computed where cu_seqlens is)
+            cu = cu_seqlens.long()
+            starts = torch.repeat_interleave(cu[:-1], cu[1:] - cu[:-1], output_size=T)
+            pos = pos - starts.to(u.device, non_blocking=True).float()
         phase = (pos[:, None] * self.rope_freq[None, :])[None, :, None, :]                    # (1, T, 1, A)
         q, k = rotate_pairs(q.float(), phase).to(q.dtype), rotate_pairs(k.float(), phase).to(k.dtype)
         zero_bias = torch.zeros_like(self.C_bias[:, 0])
         y = mamba3_siso(q, k, x, ADT.transpose(1, 2), DT.transpose(1, 2), trap.transpose(1, 2), zero_bias,
-                        zero_bias, torch.zeros_like(angles), self.D, None if self.is_outproj_norm else z)
+                        zero_bias, torch.zeros_like(angles), self.D, None if self.is_outproj_norm else z,
+                        cu_seqlens=cu_seqlens)
         y = y.reshape(bsz, T, self.d_inner)
         if self.is_outproj_norm:
             y = self.norm(y, z.reshape(bsz, T, self.d_inner))
@@ -110,15 +115,16 @@ class Block(nn.Module):
         self.norm2 = RMSNorm(d_model) if mlp_hidden > 0 else None
         self.mlp = SwiGLU(d_model, mlp_hidden) if mlp_hidden > 0 else None
 
-    def forward(self, h):
-        h = h + self.mixer(self.norm(h))
+    def forward(self, h, cu_seqlens=None):
+        h = h + self.mixer(self.norm(h), cu_seqlens=cu_seqlens)
         if self.mlp is not None:
             h = h + self.mlp(self.norm2(h))
         return h
 
 
 class TaskModel(nn.Module):
-    """tokens (B, T) → logits (B, classes) read at ``query`` (B,) positions (or (B, T, classes) without)."""
+    """tokens (B, T) → logits (B, classes) read at ``query`` (B,) positions (or (B, T, classes) without); with
+    ``cu_seqlens`` (see ``data.pack``), tokens (1, total) are packed sequences and ``query`` indexes ``total``."""
 
     def __init__(self, vocab_size: int, num_classes: int, variant: str = "mamba3", d_model: int = 32,
                  n_layers: int = 1, d_state: int = 64, expand: int = 2, headdim: int = 16, mlp_ratio: float = 2.0,
@@ -139,12 +145,13 @@ class TaskModel(nn.Module):
         self.norm_f = RMSNorm(d_model)
         self.head = nn.Linear(d_model, num_classes)
 
-    def forward(self, tokens: torch.Tensor, query: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(self, tokens: torch.Tensor, query: torch.Tensor | None = None,
+                cu_seqlens: torch.Tensor | None = None) -> torch.Tensor:
         h = self.embedding(tokens)
         for layer in self.layers:
-            h = layer(h)
+            h = layer(h, cu_seqlens)
         if query is not None:
-            h = h[torch.arange(h.shape[0], device=h.device), query]
+            h = h[0, query] if cu_seqlens is not None else h[torch.arange(h.shape[0], device=h.device), query]
         return self.head(self.norm_f(h))
 
 

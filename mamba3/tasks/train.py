@@ -149,19 +149,27 @@ class CurriculumBatches(torch.utils.data.IterableDataset):
     """The training batches of a run, step by step (batch ``step`` is drawn from its own generator, seeded by
     (seed, step), so the data do not depend on ``--workers``)."""
 
-    def __init__(self, args, start: int, end: int):
-        self.args, self.start, self.end = args, start, end
+    def __init__(self, args, start: int, end: int, packed: bool):
+        self.args, self.start, self.end, self.packed = args, start, end, packed
 
     def __iter__(self):
         a = self.args
         for step in range(a.steps):
             max_len = curriculum_max(step, a.steps, self.start, self.end, a.stages)
             g = torch.Generator().manual_seed((a.seed + 1) * 1_000_003 + step)
-            yield data.sample_batch(a.task, a.batch, a.min_len, max_len, g, a.mult), max_len
+            batch = data.sample_batch(a.task, a.batch, a.min_len, max_len, g, a.mult)
+            yield (data.pack(batch) if self.packed else batch), max_len
 
 
-def _batches(args, start: int, end: int):
-    ds = CurriculumBatches(args, start, end)
+def use_packing(args, device: torch.device) -> bool:
+    """--pack auto: packed (varlen) batches on CUDA, where the kernels parallelise over chunks and skipping the
+    padding (about half of a curriculum batch's tokens) saves device time; padded on the CPU, where the
+    reference backend runs varlen sequences one by one."""
+    return args.pack == "yes" or (args.pack == "auto" and device.type == "cuda")
+
+
+def _batches(args, start: int, end: int, packed: bool):
+    ds = CurriculumBatches(args, start, end, packed)
     if not args.workers:
         return iter(ds)
     return iter(torch.utils.data.DataLoader(ds, batch_size=None, num_workers=1, prefetch_factor=8,
@@ -213,13 +221,17 @@ def train_run(args) -> dict:
     run_loss = run_acc = None
     info = ""  # the progress bar's text, refreshed every 25 steps
     model.train()
-    batches = _batches(args, start, end)
+    packed = use_packing(args, device)
+    batches = _batches(args, start, end, packed)
     for step in range(args.steps):
         batch, max_len = next(batches)
         batch = batch.to(device)
         for group in opt.param_groups:
             group["lr"] = lr_at(step, args.steps, args.lr, warmup)
-        logits = model(batch.tokens, batch.query).float()
+        if packed:
+            logits = model(batch.tokens, batch.query, batch.cu_seqlens).float()
+        else:
+            logits = model(batch.tokens, batch.query).float()
         loss = F.cross_entropy(logits, batch.target)
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -327,6 +339,8 @@ def add_train_args(p: argparse.ArgumentParser, task_default_layers: bool = True)
                    type=lambda s: [int(x) for x in s.split(",") if x])
     p.add_argument("--eval-batch", type=int, default=256)
     p.add_argument("--mult", action="store_true", help="arith_brackets: also use × (default: + and − only)")
+    p.add_argument("--pack", default="auto", choices=("auto", "yes", "no"),
+                   help="train on packed varlen batches without padding (auto: on CUDA only)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--device", default="auto", help="auto (cuda if available), cpu, cuda, cuda:1, …")
     p.add_argument("--workers", type=int, default=None,

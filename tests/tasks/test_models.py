@@ -29,6 +29,30 @@ def test_padding_after_query_is_ignored():
     torch.testing.assert_close(m(b.tokens, b.query), m(padded, b.query), rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_packed_batches_give_the_padded_logits_and_gradients(variant):
+    """Training on data.pack(batch) (varlen, no padding: what --pack does on CUDA) computes what the padded batch
+    computes, for every variant (fixedrope's positions restart at every packed sequence)."""
+    torch.manual_seed(0)
+    m = TaskModel(data.VOCAB_SIZE, 5, variant, d_model=16, n_layers=2, headdim=8).double()
+    b = data.sample_batch("arith_brackets", 6, 1, 23, torch.Generator().manual_seed(3))
+    pb = data.pack(b)
+    lengths = (b.query + 1).tolist()
+    assert pb.tokens.shape == (1, sum(lengths)) and pb.cu_seqlens.dtype == torch.int32
+    assert pb.cu_seqlens.tolist() == [sum(lengths[:i]) for i in range(len(lengths) + 1)]
+    assert (pb.tokens[0, pb.query] == data.EQ).all() and torch.equal(pb.target, b.target)
+    grads = []
+    for args in ((b.tokens, b.query), (pb.tokens, pb.query, pb.cu_seqlens)):
+        m.zero_grad()
+        logits = m(*args)
+        F.cross_entropy(logits, b.target).backward()
+        grads.append((logits.detach(), [p.grad.clone() for p in m.parameters() if p.grad is not None]))
+    torch.testing.assert_close(grads[1][0], grads[0][0], rtol=1e-9, atol=1e-11)
+    assert len(grads[1][1]) == len(grads[0][1])
+    for g1, g0 in zip(grads[1][1], grads[0][1]):
+        torch.testing.assert_close(g1, g0, rtol=1e-8, atol=1e-11)
+
+
 def test_norope_has_no_rotation_and_fixedrope_zero_freq_equals_norope():
     u = torch.randn(2, 30, 16, generator=torch.Generator().manual_seed(1))
     torch.manual_seed(0)

@@ -31,6 +31,22 @@ def test_short_training_run_lowers_the_loss(tmp_path):
     assert res["best_val_acc"] > 0.4
 
 
+def test_packed_training_follows_the_padded_run(tmp_path):
+    """--pack yes (varlen batches, the CUDA default) trains the same model as --pack no, step for step."""
+    hist = {}
+    for pack in ("no", "yes"):
+        out = tmp_path / pack
+        rc = train.main(["parity", "--d-model", "16", "--d-state", "16", "--headdim", "8", "--steps", "6",
+                         "--batch", "16", "--lr", "1e-2", "--max-len", "3:12", "--stages", "2", "--eval-len", "12",
+                         "--eval-every", "1", "--n-val", "32", "--n-test", "16", "--test-lens", "6",
+                         "--device", "cpu", "--pack", pack, "--out", str(out), "--quiet"])
+        assert rc == 0
+        hist[pack] = json.loads((out / "results.json").read_text())["history"]
+    for a, b in zip(hist["no"], hist["yes"], strict=True):
+        assert a["train_loss"] == pytest.approx(b["train_loss"], rel=1e-4)
+        assert a["val_loss"] == pytest.approx(b["val_loss"], rel=1e-4)
+
+
 def test_cli_end_to_end_writes_json_and_checkpoints(tmp_path, capsys):
     out = tmp_path / "run"
     rc = train.main(["parity", "--model", "norope", "--d-model", "16", "--d-state", "16", "--headdim", "8",

@@ -14,7 +14,7 @@ Contract (used by SISO and MIMO kernels alike):
   host-side prefix sums over chunks.
 
 A dense batch (B, T) is NS = B sequences of length T and needs no host synchronisation; varlen reads
-``cu_seqlens`` on the host once.
+``cu_seqlens`` on the host once (no synchronisation either when ``cu_seqlens`` is a CPU tensor).
 """
 from __future__ import annotations
 
@@ -65,11 +65,12 @@ def make_chunks(bsz: int, seqlen: int, chunk_size: int, cu_seqlens: torch.Tensor
         for t0 in range(start, end, C):
             rows.append((0, t0, min(C, end - t0), s, end))
         seqs.append((first, len(rows) - first))
-    table = torch.tensor(rows, dtype=torch.int32, device=device)
-    seq_table = torch.tensor(seqs, dtype=torch.int32, device=device)
+    # host tensors copied without blocking (a blocking copy would wait for the device's queue to drain)
+    table = torch.tensor(rows, dtype=torch.int32).to(device, non_blocking=True)
+    seq_table = torch.tensor(seqs, dtype=torch.int32).to(device, non_blocking=True)
     chunk_seq = table[:, 3].to(torch.int64)
     seq_first = seq_table[:, 0].to(torch.int64)
-    cu_t = torch.tensor(cu, dtype=torch.int64, device=device)
+    cu_t = torch.tensor(cu, dtype=torch.int64).to(device, non_blocking=True)
     return Chunks(C, len(rows), len(seqs), table, seq_table, chunk_seq, seq_first,
                   seq_first + seq_table[:, 1].to(torch.int64) - 1, cu_t[:-1], cu_t[1:] - 1,
                   torch.zeros(len(seqs), dtype=torch.int64, device=device), max(n for _, n in seqs))

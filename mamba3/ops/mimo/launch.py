@@ -61,11 +61,15 @@ def _tables_cached(bounds: tuple, ct: int, cs: int, device: str) -> Tables:
     tok_last = torch.zeros(bounds[-1], dtype=torch.bool)
     tok_last[torch.tensor(bounds[1:]) - 1] = True
     dev = torch.device(device)
+
+    def put(x):  # without blocking: a blocking host-to-device copy waits for the device's queue to drain
+        return x.to(dev, non_blocking=True)
+
     return Tables(ns=len(bounds) - 1, nbc=len(bc_start), nsc=len(sc_start),
-                  seq_bc=i32(seq_bc).to(dev), seq_start=i32(bounds[:-1]).to(dev), seq_end=i32(bounds[1:]).to(dev),
-                  bc_start=i32(bc_start).to(dev), bc_end=i32(bc_end).to(dev), sc_start=i32(sc_start).to(dev),
-                  sc_end=i32(sc_end).to(dev), sc_bc=i32(sc_bc).to(dev), sc_seq=i32(sc_seq).to(dev),
-                  tok_bc_start=tok_bc_start.to(dev), tok_seq=tok_seq.to(dev), tok_last=tok_last.to(dev))
+                  seq_bc=put(i32(seq_bc)), seq_start=put(i32(bounds[:-1])), seq_end=put(i32(bounds[1:])),
+                  bc_start=put(i32(bc_start)), bc_end=put(i32(bc_end)), sc_start=put(i32(sc_start)),
+                  sc_end=put(i32(sc_end)), sc_bc=put(i32(sc_bc)), sc_seq=put(i32(sc_seq)),
+                  tok_bc_start=put(tok_bc_start), tok_seq=put(tok_seq), tok_last=put(tok_last))
 
 
 def build_tables(bsz: int, seqlen: int, cu_seqlens, ct: int, cs: int, device) -> Tables:

@@ -29,7 +29,8 @@ def mamba3_siso(q, k, v, adt, dt, trap, q_bias, k_bias, angles, D=None, z=None, 
         input_states: None or (angle (NS, H, A), ssm (NS, H, P, N), k (NS, H, N), v (NS, H, P)) — the final
             states of a previous call, to continue a sequence. NS = B, or the number of sequences in varlen.
         chunk_size: chunk length (power of two); None = the dispatcher's choice for the device.
-        cu_seqlens: (NS + 1,) integer offsets of packed sequences (B must be 1), each of length ≥ 1.
+        cu_seqlens: (NS + 1,) integer offsets of packed sequences (B must be 1), each of length ≥ 1; read on
+            the host, so a CPU tensor saves a synchronisation with the device.
         return_final_states: also return (angle, ssm, k, v) after the last token of every sequence.
         backend: "auto" (Triton kernels on CUDA, the PyTorch reference elsewhere), "reference" or "triton".
         precision: "ieee" (fp32 inputs give fp32-accurate dots: tf32x3 on tensor cores or IEEE FMA, whichever

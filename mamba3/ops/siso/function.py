@@ -251,7 +251,7 @@ def siso_triton(q, k, v, adt, dt, trap, q_bias, k_bias, angles, D, z, input_stat
     if cu_seqlens is None:
         last = (slice(None), -1)
     else:
-        last = (0, cu_seqlens[1:].long() - 1)
+        last = (0, (cu_seqlens[1:].long() - 1).to(v.device, non_blocking=True))  # a host cu_seqlens: no sync
     fv = v[last]
     kl = k[last].repeat_interleave(v.shape[2] // k.shape[2], dim=1).float()
     if k_bias is not None:
