@@ -5,11 +5,13 @@
 #
 # Runs `python -m mamba3 train sweep $TASK` into $SWEEP (default benchmarks/results/state_tracking_h200/sweep,
 # inside the repository: runs whose results.json is already there, e.g. committed after an earlier call, are
-# skipped), starts no new run after $BUDGET seconds (default 120: one wave of $JOBS runs per call; a run must
-# finish within the call's limit, so time one run first: 10^4 parity steps took ≈ 4 min at 4 runs at once on the
-# H200, ≈ 62 ms/step at 12 at once), writes the summary, drops checkpoints (KEEP_CKPT=1 keeps
-# them) and per-run plots/logs, and packs the sweep directory into $OUT/sweep.tgz (one file: the device transport
-# returns few files). Unpack it over the repository root and commit the new results.json files.
+# skipped). After $STOP_AFTER seconds (default 480, inside a 10-minute call) the running runs pause themselves
+# (checkpoint_resume.pt, with checkpoint_best.pt) and no new run starts. Then it writes the summary, drops the
+# checkpoints of finished runs (KEEP_CKPT=1 keeps them) and every run's log and plot, and packs the sweep
+# directory into $OUT/sweep.tgz (one file: the device transport returns at most a few files).
+# Unpack it over the repository root and commit the new results.json files; to continue paused runs in the next
+# call, pass the sweep directory in the device call's `carry` (checkpoints are git-ignored, so they travel only
+# that way) and run the same command again.
 # Knobs (defaults = the paper's grid): D_MODELS=32,64 LRS=8 SEEDS=0 JOBS=8 STEPS=10000; extra args go to every
 # run (e.g. --dt-min 0.5 --dt-max 1).
 set -uo pipefail
@@ -22,10 +24,11 @@ export PYTHONPATH=.${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 status=0
 python3 -m mamba3 train sweep "$TASK" --models "${MODELS:-mamba3}" --d-models "${D_MODELS:-32,64}" \
     --lrs "${LRS:-8}" --seeds "${SEEDS:-0}" --jobs "${JOBS:-8}" --out "$SWEEP" \
-    --time-budget "${BUDGET:-120}" --steps "${STEPS:-10000}" "$@" 2>&1 | tail -n 5 || status=1
+    --stop-after "${STOP_AFTER:-480}" --steps "${STEPS:-10000}" "$@" 2>&1 | tail -n 6 || status=1
 python3 -m mamba3 train summarize "$SWEEP" || status=1
+find "$SWEEP" \( -name 'log.txt' -o -name 'accuracy_vs_length.png' \) -delete
 if [ -z "${KEEP_CKPT:-}" ]; then
-  find "$SWEEP" \( -name '*.pt' -o -name 'log.txt' -o -name 'accuracy_vs_length.png' \) -delete
+  find "$SWEEP" -name results.json -printf '%h\n' | while read -r run; do rm -f "$run"/*.pt; done
 fi
 tar czf "$OUT/sweep.tgz" "$SWEEP" || status=1
 exit $status

@@ -2,9 +2,11 @@
 
     python -m mamba3 train parity [--model mamba3|norope|fixedrope|mimo] [--d-model 32] [--layers 1] [--lr 1e-3]
                                   [--steps N] [--batch 256] [--seed 0] [--device auto|cpu|cuda] [--out DIR]
+                                  [--stop-after SECONDS] [--resume]      (pause / continue a long run)
     python -m mamba3 train arith | arith_brackets ...        (3 layers by default)
     python -m mamba3 train demo [--out DIR]                   (CPU: Mamba-3 vs its no-rotation ablation, parity)
-    python -m mamba3 train sweep parity [--models mamba3,norope] [--d-models 32,64] [--lrs 8] [--jobs 16] ...
+    python -m mamba3 train sweep parity [--models mamba3,norope] [--d-models 32,64] [--lrs 8] [--jobs 16]
+                                        [--stop-after SECONDS] ...
     python -m mamba3 train summarize DIR                      (the results table of a sweep directory)
 
 (also ``python -m mamba3.tasks ...``). :func:`main` is the single entry point; it accepts its arguments with or
@@ -149,12 +151,12 @@ class CurriculumBatches(torch.utils.data.IterableDataset):
     """The training batches of a run, step by step (batch ``step`` is drawn from its own generator, seeded by
     (seed, step), so the data do not depend on ``--workers``)."""
 
-    def __init__(self, args, start: int, end: int, packed: bool):
-        self.args, self.start, self.end, self.packed = args, start, end, packed
+    def __init__(self, args, start: int, end: int, packed: bool, first_step: int = 0):
+        self.args, self.start, self.end, self.packed, self.first_step = args, start, end, packed, first_step
 
     def __iter__(self):
         a = self.args
-        for step in range(a.steps):
+        for step in range(self.first_step, a.steps):
             max_len = curriculum_max(step, a.steps, self.start, self.end, a.stages)
             g = torch.Generator().manual_seed((a.seed + 1) * 1_000_003 + step)
             batch = data.sample_batch(a.task, a.batch, a.min_len, max_len, g, a.mult)
@@ -168,8 +170,8 @@ def use_packing(args, device: torch.device) -> bool:
     return args.pack == "yes" or (args.pack == "auto" and device.type == "cuda")
 
 
-def _batches(args, start: int, end: int, packed: bool):
-    ds = CurriculumBatches(args, start, end, packed)
+def _batches(args, start: int, end: int, packed: bool, first_step: int):
+    ds = CurriculumBatches(args, start, end, packed, first_step)
     if not args.workers:
         return iter(ds)
     return iter(torch.utils.data.DataLoader(ds, batch_size=None, num_workers=1, prefetch_factor=8,
@@ -191,9 +193,20 @@ def load_checkpoint(path, map_location="cpu") -> TaskModel:
     return model
 
 
-def train_run(args) -> dict:
+# What a resumed run must share with the run that wrote checkpoint_resume.pt (everything that changes the result)
+RESUME_KEYS = ("task", "model", "d_model", "layers", "d_state", "expand", "headdim", "mlp_ratio", "rope_fraction",
+               "mimo_rank", "dt_min", "dt_max", "lr", "weight_decay", "warmup", "clip", "steps", "batch", "min_len",
+               "max_len", "stages", "eval_len", "eval_every", "n_val", "eval_batch", "mult", "seed")
+
+
+def train_run(args) -> dict | None:
     """Train one model as configured by ``args`` (the ``train`` parser's namespace); write checkpoints,
-    results.json and (if matplotlib is installed) accuracy_vs_length.png under args.out; return the results."""
+    results.json and (if matplotlib is installed) accuracy_vs_length.png under args.out; return the results.
+
+    Resumable: with ``args.stop_after`` the run stops after that many seconds of training, writes
+    ``checkpoint_resume.pt`` (model, optimizer, step, history; also written at every validation) and returns
+    None; with ``args.resume`` a run continues from that file, batch for batch as if it had not stopped (every
+    step's batch is drawn from its own seed)."""
     task = args.task
     device = resolve_device(args.device)
     out = Path(args.out)
@@ -210,20 +223,40 @@ def train_run(args) -> dict:
     val = data.fixed_set(task, args.n_val, args.eval_len, VAL_SEED, args.mult)
     history, best = [], {"val_acc": -1.0, "val_loss": float("inf"), "step": 0}
     ckpt_best, ckpt_last = out / "checkpoint_best.pt", out / "checkpoint_last.pt"
+    ckpt_resume = out / "checkpoint_resume.pt"
+    run_key = {k: getattr(args, k) for k in RESUME_KEYS}
+    first_step, trained_s = 0, 0.0
+    run_loss = run_acc = None
+    if args.resume and ckpt_resume.exists():
+        ck = torch.load(ckpt_resume, map_location=device, weights_only=True)
+        if ck["run_key"] != run_key:
+            diff = {k: (ck["run_key"].get(k), v) for k, v in run_key.items() if ck["run_key"].get(k) != v}
+            raise ValueError(f"{ckpt_resume} was written by another configuration ((saved, now): {diff}); "
+                             "remove it or train into another --out")
+        model.load_state_dict(ck["model"])
+        opt.load_state_dict(ck["optimizer"])
+        first_step, trained_s, history, best = ck["step"], ck["trained_s"], ck["history"], ck["best"]
+        run_loss, run_acc = ck["run_loss"], ck["run_acc"]
+        if not args.quiet:
+            print(f"resuming {out} at step {first_step}", file=sys.stderr, flush=True)
 
     def save(path, step):
         torch.save({"model": model.state_dict(), "config": model.config, "step": step, "task": task,
                     "args": vars(args)}, path)
 
+    def save_resume(step):
+        torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(), "step": step,
+                    "trained_s": trained_s + time.time() - t0, "history": history, "best": best,
+                    "run_loss": run_loss, "run_acc": run_acc, "run_key": run_key}, ckpt_resume)
+
     label = f"{task}/{args.model} d{args.d_model} lr{args.lr:.2e}"
     bar = Progress(args.steps, label, enabled=not args.quiet)
     t0 = time.time()
-    run_loss = run_acc = None
     info = ""  # the progress bar's text, refreshed every 25 steps
     model.train()
     packed = use_packing(args, device)
-    batches = _batches(args, start, end, packed)
-    for step in range(args.steps):
+    batches = _batches(args, start, end, packed, first_step)
+    for step in range(first_step, args.steps):
         batch, max_len = next(batches)
         batch = batch.to(device)
         for group in opt.param_groups:
@@ -253,12 +286,20 @@ def train_run(args) -> dict:
             if (va, -vl) > (best["val_acc"], -best["val_loss"]) and math.isfinite(vl):
                 best = {"val_acc": va, "val_loss": vl, "step": done}
                 save(ckpt_best, done)
+            if done < args.steps:
+                save_resume(done)
         if bar.enabled and (done % 25 == 0 or done == 1 or done == args.steps):
             info = (f"len<={max_len} loss {float(run_loss):.3f} acc {float(run_acc):.2f}"
                     + (f" val@{args.eval_len} {history[-1]['val_acc']:.3f}" if history else ""))
         bar.update(done, info)
-    train_time = time.time() - t0
+        if args.stop_after is not None and time.time() - t0 >= args.stop_after and done < args.steps:
+            save_resume(done)
+            print(f"paused {out} at step {done} of {args.steps} (--stop-after {args.stop_after:g} s); rerun with "
+                  "--resume to continue", file=sys.stderr, flush=True)
+            return None
+    train_time = trained_s + time.time() - t0
     save(ckpt_last, args.steps)
+    ckpt_resume.unlink(missing_ok=True)
     if ckpt_best.exists():
         model.load_state_dict(torch.load(ckpt_best, map_location=device, weights_only=True)["model"])
     test = {}
@@ -274,7 +315,8 @@ def train_run(args) -> dict:
         "best_step": best["step"], "best_val_acc": best["val_acc"],
         "best_val_scaled": data.scaled_accuracy(best["val_acc"], task),
         "test_scaled_at_eval_len": test[str(args.eval_len)]["scaled"],
-        "test": test, "history": history, "train_time_s": train_time, "wall_time_s": time.time() - t0,
+        "test": test, "history": history, "train_time_s": train_time,
+        "wall_time_s": trained_s + time.time() - t0,
         "args": vars(args), "model_config": model.config, "versions": versions(), "machine": machine(device),
         "command": " ".join(["python -m mamba3 train", task] + getattr(args, "_argv", [])),
     }
@@ -348,6 +390,9 @@ def add_train_args(p: argparse.ArgumentParser, task_default_layers: bool = True)
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
     p.add_argument("--out", default=None, help="output directory (default runs/TASK/MODEL_dD_lrLR_sSEED)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--stop-after", type=float, default=None,
+                   help="seconds of training after which the run writes checkpoint_resume.pt and stops")
+    p.add_argument("--resume", action="store_true", help="continue from --out's checkpoint_resume.pt if present")
 
 
 def _finish_train_args(args, task: str, argv: list[str]):
@@ -427,7 +472,8 @@ def run_sweep(argv: list[str]) -> int:
         prog="python -m mamba3 train sweep",
         description="The LR × d_model grid for one task and one or more model variants, as concurrent "
                     "subprocesses (many small runs share one GPU). Finished runs (results.json present) are "
-                    "skipped, so an interrupted sweep resumes. Extra options are passed to every run.")
+                    "skipped and paused ones continue from their checkpoint_resume.pt, so an interrupted sweep "
+                    "resumes. Extra options are passed to every run.")
     p.add_argument("task", choices=data.TASKS)
     p.add_argument("--models", default="mamba3")
     p.add_argument("--d-models", default="32,64")
@@ -438,6 +484,9 @@ def run_sweep(argv: list[str]) -> int:
     p.add_argument("--out", default="runs/sweep")
     p.add_argument("--time-budget", type=float, default=None,
                    help="seconds after which no new run is started (running ones finish)")
+    p.add_argument("--stop-after", type=float, default=None,
+                   help="seconds after which running runs pause (checkpoint_resume.pt) and no new run starts: "
+                        "the next sweep with the same command continues them")
     p.add_argument("--dry-run", action="store_true", help="print the commands only")
     a, extra = p.parse_known_args(argv)
     gpus = a.gpus.split(",") if a.gpus else (
@@ -449,7 +498,8 @@ def run_sweep(argv: list[str]) -> int:
                 for s in [int(x) for x in a.seeds.split(",")]:
                     out = Path(a.out) / a.task / m / f"d{d}_lr{lr:.2e}_s{s}"
                     cmd = [sys.executable, "-m", "mamba3.tasks", "train", a.task, "--model", m, "--d-model",
-                           str(d), "--lr", f"{lr:.6g}", "--seed", str(s), "--out", str(out), "--quiet"] + extra
+                           str(d), "--lr", f"{lr:.6g}", "--seed", str(s), "--out", str(out), "--quiet",
+                           "--resume"] + extra
                     jobs.append((out, cmd))
     todo = [(o, c) for o, c in jobs if not (o / "results.json").exists()]
     print(f"sweep {a.task}: {len(jobs)} runs, {len(jobs) - len(todo)} already done, {a.jobs} at a time "
@@ -458,11 +508,18 @@ def run_sweep(argv: list[str]) -> int:
         for _, c in todo:
             print(" ".join(c))
         return 0
-    t0, running, k, failed, finished = time.time(), [], 0, 0, 0
+    t0, running, k, failed, finished, paused = time.time(), [], 0, 0, 0, 0
     bar = Progress(len(todo), f"sweep {a.task}")
+
+    def may_start():
+        el = time.time() - t0
+        return (a.time_budget is None or el < a.time_budget) and (a.stop_after is None or el < a.stop_after - 30)
+
     while todo or running:
-        while todo and len(running) < a.jobs and (a.time_budget is None or time.time() - t0 < a.time_budget):
+        while todo and len(running) < a.jobs and may_start():
             out, cmd = todo.pop(0)
+            if a.stop_after is not None:  # the run pauses itself at the sweep's deadline
+                cmd = cmd + ["--stop-after", f"{a.stop_after - (time.time() - t0):.0f}"]
             out.mkdir(parents=True, exist_ok=True)
             env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
             if gpus[0] is not None:
@@ -470,7 +527,7 @@ def run_sweep(argv: list[str]) -> int:
             log = open(out / "log.txt", "w")
             running.append((subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env), out, log))
             k += 1
-        if a.time_budget is not None and time.time() - t0 >= a.time_budget and todo:
+        if todo and not may_start():
             print(f"time budget reached: {len(todo)} runs not started (rerun the same command to resume)",
                   flush=True)
             todo = []
@@ -484,7 +541,11 @@ def run_sweep(argv: list[str]) -> int:
                 if proc.returncode != 0:
                     failed += 1
                     print(f"FAILED ({proc.returncode}): {out} (see {out / 'log.txt'})", flush=True)
-                bar.update(finished, f"{failed} failed")
+                elif not (out / "results.json").exists():
+                    paused += 1
+                bar.update(finished, f"{failed} failed, {paused} paused")
+    if paused:
+        print(f"{paused} runs paused (checkpoint_resume.pt): rerun the same command to continue them", flush=True)
     print(summarize(Path(a.out)))
     return 1 if failed else 0
 
@@ -547,6 +608,8 @@ def main(argv: list[str] | None = None) -> int:
     add_train_args(p)
     args = _finish_train_args(p.parse_args(rest), cmd, rest)
     res = train_run(args)
+    if res is None:  # paused by --stop-after
+        return 0
     print(format_table([res], lengths=list(res["test"])))
     print(f"results: {Path(args.out) / 'results.json'}")
     return 0

@@ -47,6 +47,32 @@ def test_packed_training_follows_the_padded_run(tmp_path):
         assert a["val_loss"] == pytest.approx(b["val_loss"], rel=1e-4)
 
 
+RESUME_ARGS = ["parity", "--d-model", "16", "--d-state", "16", "--headdim", "8", "--steps", "7", "--batch", "16",
+               "--lr", "1e-2", "--max-len", "3:12", "--stages", "2", "--eval-len", "12", "--eval-every", "2",
+               "--n-val", "32", "--n-test", "16", "--test-lens", "6", "--device", "cpu", "--quiet"]
+
+
+def test_paused_and_resumed_run_equals_the_uninterrupted_run(tmp_path):
+    """--stop-after 0 pauses after every step (checkpoint_resume.pt); resuming 7 times gives the same training
+    history, best checkpoint and test results as one uninterrupted run."""
+    assert train.main(RESUME_ARGS + ["--out", str(tmp_path / "straight")]) == 0
+    out = tmp_path / "paused"
+    segments = 0
+    while not (out / "results.json").exists():
+        assert train.main(RESUME_ARGS + ["--out", str(out), "--stop-after", "0", "--resume"]) == 0
+        segments += 1
+        assert (out / "checkpoint_resume.pt").exists() != (out / "results.json").exists()
+    assert segments == 7
+    a, b = (json.loads((tmp_path / d / "results.json").read_text()) for d in ("straight", "paused"))
+    keys = ("step", "max_len", "lr", "train_loss", "train_acc", "grad_norm", "val_acc", "val_loss")
+    assert [{k: h[k] for k in keys} for h in a["history"]] == [{k: h[k] for k in keys} for h in b["history"]]
+    assert (a["best_step"], a["best_val_acc"], a["test"]) == (b["best_step"], b["best_val_acc"], b["test"])
+    # a checkpoint of another configuration is refused, not silently continued
+    assert train.main(RESUME_ARGS[:-1] + ["--out", str(tmp_path / "other"), "--stop-after", "0"]) == 0
+    with pytest.raises(ValueError, match="another configuration"):
+        train.main(RESUME_ARGS + ["--out", str(tmp_path / "other"), "--resume", "--lr", "2e-2"])
+
+
 def test_cli_end_to_end_writes_json_and_checkpoints(tmp_path, capsys):
     out = tmp_path / "run"
     rc = train.main(["parity", "--model", "norope", "--d-model", "16", "--d-state", "16", "--headdim", "8",
@@ -67,7 +93,7 @@ def test_sweep_dry_run_and_summarize(tmp_path, capsys):
                      "--steps", "5"])
     assert rc == 0
     cmds = [l for l in capsys.readouterr().out.splitlines() if "mamba3.tasks train parity" in l]
-    assert len(cmds) == 2 * 2 * 8 and all("--steps 5" in c for c in cmds)
+    assert len(cmds) == 2 * 2 * 8 and all("--steps 5" in c and "--resume" in c for c in cmds)
     # summarize picks the best validation accuracy per (task, model)
     for lr, acc in ((1e-3, 0.7), (1e-2, 0.9)):
         d = tmp_path / f"r{lr}"
