@@ -3,7 +3,9 @@
 Default problem (issue 5): batch 128, H = 64, N = 128, P = 64, bf16 inputs, fp32 states; SISO and MIMO R = 4.
 Reports the time per step, the bytes the step must move (states read + written, inputs, output), the achieved
 bandwidth and its fraction of the device-to-device copy bandwidth measured in the same run, for the config the
-dispatcher chooses and for a small sweep of alternatives (so a better tile can be adopted from the data).
+dispatcher chooses and for a small sweep of alternatives (so a better tile can be adopted from the data). For
+the chosen config also the time of the state's in-place read + write alone (torch ``mul_`` and a Triton kernel
+with the same tiles): the step's floor for this access pattern.
 
     python3 benchmarks/bench_step.py --out results/step.json
 """
@@ -14,6 +16,8 @@ import sys
 from pathlib import Path
 
 import torch
+import triton
+import triton.language as tl
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -58,6 +62,32 @@ def bytes_moved(x):
     return total + out.numel() * out.element_size()
 
 
+@triton.jit
+def _scale_state_kernel(s_ptr, alpha, BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr):
+    """Diagnostic: S ← α·S in place with the step kernel's tiling and cache hints (one BLOCK_P × BLOCK_N tile per
+    program), i.e. the state traffic of a step without any of its other loads or arithmetic."""
+    base = tl.program_id(0).to(tl.int64) * BLOCK_P * BLOCK_N
+    offs = base + tl.arange(0, BLOCK_P)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
+    x = tl.load(s_ptr + offs, eviction_policy="evict_first")
+    tl.store(s_ptr + offs, x * alpha, eviction_policy="evict_first")
+
+
+def state_stream_ceilings(state: torch.Tensor, cfg: StepConfig) -> dict:
+    """Time to read and write the (B, H, P, N) fp32 state in place, without the step's other work: PyTorch's
+    in-place multiply, and the same traffic in the step kernel's tiles (CUDA-graph timed, ms)."""
+    import triton.testing
+
+    n = state.numel()
+    tile = cfg.block_p * cfg.block_n
+    if n % tile or state.shape[-1] != cfg.block_n:
+        return {}
+    torch_ms = triton.testing.do_bench_cudagraph(lambda: state.mul_(0.999), rep=200, return_mode="median")
+    tiles_ms = triton.testing.do_bench_cudagraph(
+        lambda: _scale_state_kernel[(n // tile,)](state, 0.999, BLOCK_P=cfg.block_p, BLOCK_N=cfg.block_n,
+                                                  num_warps=cfg.num_warps), rep=200, return_mode="median")
+    return {"state_inplace_torch_ms": float(torch_ms), "state_inplace_tiles_ms": float(tiles_ms)}
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
@@ -99,6 +129,8 @@ def main():
                 siso_ms = ms
             if cfg == chosen and not siso and siso_ms:
                 row["vs_siso"] = ms / siso_ms
+            if cfg == chosen:
+                row.update(state_stream_ceilings(x["ssm_state"], cfg))
             rows.append(row)
             print(row, flush=True)
     keys = sorted({k for r in rows for k in r}, key=lambda k: list(rows[-1]).index(k) if k in rows[-1] else 99)
