@@ -8,8 +8,9 @@ no``) or packed into one varlen sequence with host cu_seqlens (``--pack yes``, t
 ``--steps`` steps as ``train_run`` does (AdamW fused on CUDA, clipping). Reports wall ms/step with the host
 queueing ahead (no synchronisation inside the loop), the GPU's busy time per step, and the 12 largest CUDA
 kernels of one profiled step. Wall ≫ GPU busy means launch-bound (runs can share the GPU); wall ≈ GPU busy means
-the kernels bound the sweep. (benchmarks/results/task_step_h200.* were measured before the packed/padded rows,
-on 256 rows of length 160 exactly.)
+the kernels bound the sweep. ``--chunks auto,32,16`` also times the SISO kernels at other chunk sizes (the
+task model's heads are small: P = 16, N = 64). (benchmarks/results/task_step_h200.* were measured before the
+packed/padded rows and chunk options, on 256 rows of length 160 exactly.)
 """
 from __future__ import annotations
 
@@ -24,8 +25,21 @@ from mamba3.tasks import data
 from mamba3.tasks.models import TaskModel, param_groups
 
 
-def one_config(d_model: int, length: int, steps: int, batch: int, variant: str, packed: bool) -> dict:
+def siso_config_with_chunk(chunk: int | None, d_state: int, headdim: int):
+    """The dispatcher's fp32 SISO config for the task model's heads on this GPU, with another chunk size."""
+    from mamba3.dispatch import device_spec
+    from mamba3.ops.siso.configs import SisoProblem, choose_config
+
+    return choose_config(device_spec(), SisoProblem("fp32", d_state, headdim, chunk_size=chunk))
+
+
+def one_config(d_model: int, length: int, steps: int, batch: int, variant: str, packed: bool,
+               chunk: int | None) -> dict:
+    import mamba3.ops.siso.function as siso_fn
+
     dev = torch.device("cuda")
+    # TaskModel's layers ignore chunk_size (the dispatcher chooses): force the SISO kernels' config instead
+    siso_fn._CONFIG_OVERRIDE = None if chunk is None else siso_config_with_chunk(chunk, 64, 16)
     torch.manual_seed(0)
     model = TaskModel(data.VOCAB_SIZE, data.NUM_CLASSES["parity"], variant=variant, d_model=d_model,
                       dt_min=0.5, dt_max=1.0).to(dev)
@@ -66,7 +80,8 @@ def one_config(d_model: int, length: int, steps: int, batch: int, variant: str, 
             busy += t / 3e3
             launches += e.count
     top = dict(sorted(kern.items(), key=lambda kv: -kv[1])[:12])
-    return {"variant": variant, "d_model": d_model, "max_length": length,
+    siso_fn._CONFIG_OVERRIDE = None
+    return {"variant": variant, "d_model": d_model, "chunk": chunk or "auto", "max_length": length,
             "batching": "packed" if packed else "padded", "tokens_per_step": tokens_per_step, "batch": batch,
             "wall_ms_per_step": wall,
             "gpu_busy_ms_per_step": busy, "kernels_per_step": launches / 3, "top_kernels_ms": top}
@@ -80,19 +95,23 @@ def main():
     ap.add_argument("--len", type=int, default=160)
     ap.add_argument("--batch", type=int, default=256)
     ap.add_argument("--steps", type=int, default=60)
+    ap.add_argument("--chunks", default="auto", help="SISO chunk sizes to time, e.g. auto,32,16 (auto: the "
+                                                       "dispatcher's choice)")
     a = ap.parse_args()
     rows = []
     for variant in a.variants.split(","):
-        for d, packed in ((int(x), p) for x in a.d_models.split(",") for p in (False, True)):
-            r = one_config(d, a.len, a.steps, a.batch, variant, packed)
+        chunks = [None if c == "auto" else int(c) for c in a.chunks.split(",")]
+        grid = [(int(x), c, p) for x in a.d_models.split(",") for c in chunks for p in (False, True)]
+        for d, chunk, packed in grid:
+            r = one_config(d, a.len, a.steps, a.batch, variant, packed, chunk)
             rows.append(r)
-            print(f"{variant} d{d} {r['batching']} len ≤ {a.len}: wall {r['wall_ms_per_step']:.2f} ms/step, GPU busy "
+            print(f"{variant} d{d} chunk {r['chunk']} {r['batching']} len ≤ {a.len}: wall {r['wall_ms_per_step']:.2f} ms/step, GPU busy "
                   f"{r['gpu_busy_ms_per_step']:.2f} ms, {r['kernels_per_step']:.0f} kernels/step", flush=True)
             for k, v in r["top_kernels_ms"].items():
                 print(f"    {v:8.4f} ms  {k}")
-    cols = ["variant", "d_model", "max_length", "batching", "tokens_per_step", "batch", "wall_ms_per_step",
+    cols = ["variant", "d_model", "chunk", "max_length", "batching", "tokens_per_step", "batch", "wall_ms_per_step",
             "gpu_busy_ms_per_step", "kernels_per_step"]
-    top = {f"{r['variant']} d{r['d_model']} {r['batching']}": r["top_kernels_ms"] for r in rows}
+    top = {f"{r['variant']} d{r['d_model']} c{r['chunk']} {r['batching']}": r["top_kernels_ms"] for r in rows}
     write_results(a.out, "State-tracking training step (parity classifier, fp32, 1 layer)",
                   [{c: r[c] for c in cols} for r in rows], {"top_kernels_ms": top})
 
