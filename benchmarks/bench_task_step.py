@@ -15,14 +15,18 @@ packed/padded rows and chunk options, on 256 rows of length 160 exactly.)
 from __future__ import annotations
 
 import argparse
+import sys
 import time
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
-from benchmarks.common import write_results
-from mamba3.tasks import data
-from mamba3.tasks.models import TaskModel, param_groups
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.common import write_results  # noqa: E402
+from mamba3.tasks import data  # noqa: E402
+from mamba3.tasks.models import TaskModel, param_groups  # noqa: E402
 
 
 def siso_config_with_chunk(chunk: int | None, d_state: int, headdim: int):

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The whole GPU verification in one call: `info`, every GPU test, the parity demo on the GPU, every benchmark.
 # Usage (repository root, on a CUDA machine): OUT=/some/dir bash scripts/gpu_suite.sh [pytest args...]
-# Writes info.txt, gpu_tests.log, demo.log and the benchmarks' JSON + markdown under $OUT. About 9 minutes on
-# an H200 with an empty Triton cache (the test lane is compile-bound: 12 pytest-xdist workers share the GPU);
-# PARTS="tests" / "demo bench" runs a subset (e.g. to split the suite over two 10-minute device calls);
+# Writes info.txt, gpu_tests.log, demo.log and the benchmarks' JSON + markdown under $OUT. About 10 minutes on
+# an H200 with an empty Triton cache (tests ≈ 5 min: compile-bound, 12 pytest-xdist workers share the GPU;
+# benchmarks ≈ 4 min); PARTS="tests" / "demo bench" runs a subset (split the suite over two 10-minute calls);
 # BUNDLE=1 packs everything into $OUT/gpu_suite.tgz (for transports that return only a few files).
 set -uo pipefail
 OUT=${OUT:-gpu_results}
@@ -34,7 +34,7 @@ if has demo; then  # training through the kernels: the CPU demo's configuration,
 fi
 if has bench; then
   info_done
-  for bench in siso mimo step; do
+  for bench in siso mimo step task_step; do
     timeout 240 python3 "benchmarks/bench_$bench.py" --out "$OUT/$bench.json" > "$OUT/bench_$bench.log" 2>&1 \
       || status=1
     cat "$OUT/$bench.md" 2>/dev/null || tail -n 5 "$OUT/bench_$bench.log"
