@@ -13,6 +13,10 @@ Two launches, so that no program ever reads a value another program may already 
   barrier separates the loads from the stores (Triton orders a store after a load of the same address only
   within one thread).
 
+``StepConfig.fused_rows`` (off by default, not yet measured) folds the second launch into the first: every
+P-tile program of a (row, head) counts itself in with an acquire-release atomic once it has used the old rows,
+and the last one to arrive writes θ', k̃ and v (the counters are zeroed per call).
+
 Rotation: dimension n of x is rotated with its partner dimension p(n) by θ_j(n):
   adjacent pairs (SISO): j = n // 2, p(n) = n xor 1, x'[n] = x[n]·cos θ_j ∓ x[p(n)]·sin θ_j (− for even n);
   half split (MIMO):     j = n mod N/2, p(n) = n ± N/2, − for n < N/2;
@@ -107,6 +111,29 @@ def _rotated_pairs(x_ptr, b_ptr, nn, nmask, c, s, BLOCK_N: tl.constexpr):
 
 
 @triton.jit
+def _write_small_states(k_row, stride_kr, kb_h, v_row, dt, sa_row, ang_row, sk_row, stride_skr, sv_row, P, A,
+                        N: tl.constexpr, R: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_P: tl.constexpr,
+                        BLOCK_N: tl.constexpr, BLOCK_A: tl.constexpr, ADJACENT: tl.constexpr):
+    """θ' (A), k̃' (R × N) and v (P) of one (row, head) into its angle, k and v state rows. The old θ is read
+    first; a barrier keeps every thread's reads before any thread's stores (a row is replicated over threads)."""
+    jj = tl.arange(0, BLOCK_A)
+    th_new = _new_angle(sa_row, ang_row, jj, jj < A, dt)
+    nn = tl.arange(0, BLOCK_N)
+    nmask = nn < N
+    pn, c, s = _rotation(sa_row, ang_row, nn, dt, N, A, ADJACENT)
+    rr = tl.arange(0, BLOCK_R)
+    rnmask = (rr < R)[:, None] & nmask[None, :]
+    k_new = _rotated(k_row + rr[:, None] * stride_kr, kb_h + rr[:, None] * N, nn[None, :], pn[None, :], rnmask,
+                     c[None, :], s[None, :])
+    pp = tl.arange(0, BLOCK_P)
+    v = tl.load(v_row + pp, mask=pp < P)
+    tl.debug_barrier()
+    tl.store(sa_row + jj, th_new.to(sa_row.dtype.element_ty), mask=jj < A)
+    tl.store(sk_row + rr[:, None] * stride_skr + nn[None, :], k_new.to(sk_row.dtype.element_ty), mask=rnmask)
+    tl.store(sv_row + pp, v.to(sv_row.dtype.element_ty), mask=pp < P)
+
+
+@triton.jit
 def _state_row(sbi_ptr, b, HAS_SBI: tl.constexpr):
     """The state row of batch row b (negative: a padded slot)."""
     if HAS_SBI:
@@ -119,7 +146,7 @@ def _state_row(sbi_ptr, b, HAS_SBI: tl.constexpr):
 def mamba3_step_kernel(
     q_ptr, k_ptr, v_ptr, z_ptr, adt_ptr, dt_ptr, trap_ptr, ang_ptr,
     qb_ptr, kb_ptr, D_ptr, mv_ptr, mz_ptr, mo_ptr, nw_ptr,
-    sa_ptr, ss_ptr, sk_ptr, sv_ptr, sbi_ptr, out_ptr,
+    sa_ptr, ss_ptr, sk_ptr, sv_ptr, sbi_ptr, out_ptr, cnt_ptr,
     stride_qb, stride_qr, stride_qg, stride_kb, stride_kr, stride_kg,
     stride_vb, stride_vh, stride_zb, stride_zh, stride_angb, stride_angh,
     stride_sab, stride_sah, stride_ssb, stride_ssh, stride_ssp: tl.constexpr,
@@ -130,6 +157,8 @@ def mamba3_step_kernel(
     ADJACENT: tl.constexpr, HAS_SBI: tl.constexpr, HAS_D: tl.constexpr,
     HAS_Z: tl.constexpr, HAS_PSI: tl.constexpr, HAS_ZETA: tl.constexpr, HAS_PHI: tl.constexpr,
     PER_RANK: tl.constexpr, RMS_NORM: tl.constexpr, HAS_NW: tl.constexpr,
+    FUSED_ROWS: tl.constexpr = False, ROWS_BLOCK_P: tl.constexpr = 1, ROWS_BLOCK_N: tl.constexpr = 1,
+    BLOCK_A: tl.constexpr = 1,
 ):
     b = tl.program_id(0)
     h = tl.program_id(1)
@@ -232,6 +261,16 @@ def mamba3_step_kernel(
             if HAS_PHI:
                 y = y * tl.load(mo_ptr + rp, mask=rpmask, other=0.0).to(tl.float32)
             tl.store(out_ptr + (b * H + h) * P + pp, tl.sum(y, axis=1).to(out_ptr.dtype.element_ty), mask=pmask)
+        if FUSED_ROWS:
+            # The last of this (row, head)'s P-tile programs to count itself in writes θ', k̃' and v (the rows
+            # kernel's work): each program has used every old row it reads (θ, k̃, v above) before it counts
+            # itself in, and the count is an acquire-release atomic behind a barrier of the whole program.
+            tl.debug_barrier()
+            arrived = tl.atomic_add(cnt_ptr + b * H + h, 1, sem="acq_rel")
+            if arrived == tl.num_programs(2) - 1:
+                _write_small_states(k_row, stride_kr, kb_ptr + h * R * N, v_ptr + b * stride_vb + h * stride_vh, dt,
+                                    sa_row, ang_row, sk_row, stride_skr, sv_ptr + srow * stride_svb + h * stride_svh,
+                                    P, A, N, R, BLOCK_R, ROWS_BLOCK_P, ROWS_BLOCK_N, BLOCK_A, ADJACENT)
     else:
         if PER_RANK:
             optr = out_ptr + ((b * R + rr[None, :]) * H + h) * P + pp[:, None]
@@ -257,24 +296,9 @@ def mamba3_step_rows_kernel(
     b = b.to(tl.int64)
     if srow >= 0:
         g = h // heads_per_group
-        sa_row = sa_ptr + srow * stride_sab + h * stride_sah
-        ang_row = ang_ptr + b * stride_angb + h * stride_angh
         dt = tl.load(dt_ptr + b * H + h).to(tl.float32)
-        jj = tl.arange(0, BLOCK_A)
-        th_new = _new_angle(sa_row, ang_row, jj, jj < A, dt)
-        nn = tl.arange(0, BLOCK_N)
-        nmask = nn < N
-        pn, c, s = _rotation(sa_row, ang_row, nn, dt, N, A, ADJACENT)
-        rr = tl.arange(0, BLOCK_R)
-        rnmask = (rr < R)[:, None] & nmask[None, :]
-        k_new = _rotated(k_ptr + b * stride_kb + g * stride_kg + rr[:, None] * stride_kr,
-                         kb_ptr + (h * R + rr[:, None]) * N, nn[None, :], pn[None, :], rnmask, c[None, :],
-                         s[None, :])
-        pp = tl.arange(0, BLOCK_P)
-        v = tl.load(v_ptr + b * stride_vb + h * stride_vh + pp, mask=pp < P)
-        # every thread has read the old θ it needs before any thread overwrites it
-        tl.debug_barrier()
-        tl.store(sa_row + jj, th_new.to(sa_ptr.dtype.element_ty), mask=jj < A)
-        tl.store(sk_ptr + srow * stride_skb + h * stride_skh + rr[:, None] * stride_skr + nn[None, :],
-                 k_new.to(sk_ptr.dtype.element_ty), mask=rnmask)
-        tl.store(sv_ptr + srow * stride_svb + h * stride_svh + pp, v.to(sv_ptr.dtype.element_ty), mask=pp < P)
+        _write_small_states(k_ptr + b * stride_kb + g * stride_kg, stride_kr, kb_ptr + h * R * N,
+                            v_ptr + b * stride_vb + h * stride_vh, dt, sa_ptr + srow * stride_sab + h * stride_sah,
+                            ang_ptr + b * stride_angb + h * stride_angh, sk_ptr + srow * stride_skb + h * stride_skh,
+                            stride_skr, sv_ptr + srow * stride_svb + h * stride_svh, P, A, N, R, BLOCK_R, BLOCK_P,
+                            BLOCK_N, BLOCK_A, ADJACENT)
