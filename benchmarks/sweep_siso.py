@@ -26,11 +26,6 @@ from mamba3.ops.siso.configs import SisoConfig  # noqa: E402
 # name: (input dtype, config)
 CANDIDATES = {
     "bf16-joined-c64-w4/8": ("bf16", SisoConfig(64, 64, 64, 4, 8, 1)),
-    # register caps (ptxas .maxnreg) for more resident warps; AOT sm_90 spills in configs.SisoConfig's comment;
-    # H200 (2026-11-30): all slower than the default (docs/performance.md)
-    "bf16-c64-w8r128/8": ("bf16", SisoConfig(64, 64, 64, 8, 8, 1, maxnreg_chunk=128)),
-    "bf16-c64-w4r128/8": ("bf16", SisoConfig(64, 64, 64, 4, 8, 1, maxnreg_chunk=128)),
-    "bf16-c64-w8r128/8r128": ("bf16", SisoConfig(64, 64, 64, 8, 8, 1, maxnreg_chunk=128, maxnreg_bwd=128)),
     "fp32-x3-c32-b32-w4/8": ("fp32", SisoConfig(32, 32, 32, 4, 8, 1, half_dots=False, halves=True,
                                                 fp32_prec="tf32x3")),
     "fp32-x3-c64-b32-w4/8": ("fp32", SisoConfig(64, 32, 32, 4, 8, 1, half_dots=False, halves=True,

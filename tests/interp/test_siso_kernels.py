@@ -34,14 +34,13 @@ def test_siso_fwd_bwd(name):
 
 
 def test_siso_multiblock_tiles():
-    """bn = bp = 16 at N = P = 32: the loops over N and P blocks, angles spanning two N blocks (A = 12); register
-    caps passed to the launches (the interpreter accepts and ignores them)."""
+    """bn = bp = 16 at N = P = 32: the loops over N and P blocks, angles spanning two N blocks (A = 12)."""
     import mamba3.ops.siso.function as F
     from mamba3.ops.siso.configs import SisoConfig
 
     args = make_case(T=40, N=32, P=32, A=12, shared=True, states=True)
     F._CONFIG_OVERRIDE = SisoConfig(chunk=16, bn=16, bp=16, warps_chunk=4, warps_bwd=4, stages=1, half_dots=False,
-                                    fp32_prec="tf32x3", maxnreg_chunk=128, maxnreg_bwd=168)
+                                    fp32_prec="tf32x3")
     try:
         run_and_compare(args, 16)
     finally:

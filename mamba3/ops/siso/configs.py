@@ -65,13 +65,6 @@ class SisoConfig:
     # fp32 dot operands (fp32 inputs; 16-bit inputs without half_dots): "ieee" FMA dots or "tf32x3" tensor-core
     # dots (three tf32 products, fp32-accurate); precision="tf32" overrides it
     fp32_prec: str = "ieee"
-    # ptxas register cap per thread for chunk_state/output and for the two backward kernels (None: ptxas's choice,
-    # which takes all 255 in the bf16 output and backward kernels and so leaves one or two CTAs per SM). AOT, sm_90,
-    # bf16 chunk 64: output at 8 warps capped at 128 compiles without spills (2 CTAs of 8 warps per SM instead of
-    # 2 of 4); bwd_dv / bwd_dqk at 8 warps capped at 128 spill 0.9 / 2.0 KB. H200: no cap was faster (forward
-    # 1.73 → 1.84-1.93 ms, forward+backward 11.68 → 11.95-18.24; docs/performance.md), so None by default.
-    maxnreg_chunk: int | None = None
-    maxnreg_bwd: int | None = None
 
     def __post_init__(self):
         if self.halves and self.half_dots:

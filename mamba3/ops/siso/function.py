@@ -102,8 +102,7 @@ def _states(ctx, q, k, v, adt, dt, trap, q_bias, k_bias, angles, input_states):
         v, v, k, k_bias if k_bias is not None else k, adt, dt, trap, rot, plane, st, ch.chunk_table, ctx.T,
         ctx.sv_t, ctx.sq_t, H, ctx.HPG, A,
         N=N, P=P, C=cfg.chunk, BN=cfg.bn, BP=cfg.bp, MODE=0, HAS_Z=False, HAS_BIAS=k_bias is not None,
-        HALVES=cfg.halves, DOT_DT=ctx.dot_dt, PREC=ctx.prec, num_warps=cfg.warps_chunk, num_stages=cfg.stages,
-        maxnreg=cfg.maxnreg_chunk)
+        HALVES=cfg.halves, DOT_DT=ctx.dot_dt, PREC=ctx.prec, num_warps=cfg.warps_chunk, num_stages=cfg.stages)
     s0, w0 = _s_init(ctx, dt, trap, input_states)
     final_ssm = torch.empty(ch.nseq, H, P, N, device=v.device, dtype=torch.float32)
     state_passing(st, gsum, ch, init=s0, final=final_ssm, block=cfg.state_block)
@@ -129,7 +128,7 @@ class SisoTritonFn(torch.autograd.Function):
             ch.chunk_table, c.T, c.sq_t, c.sv_t, c.H, c.HPG, c.A,
             N=c.N, P=c.P, C=cfg.chunk, BN=cfg.bn, BP=cfg.bp, HAS_Z=z is not None, HAS_D=D is not None,
             HAS_BIAS=q_bias is not None, HALVES=cfg.halves, DOT_DT=c.dot_dt, PREC=c.prec, num_warps=cfg.warps_chunk,
-            num_stages=cfg.stages, maxnreg=cfg.maxnreg_chunk)
+            num_stages=cfg.stages)
         ctx.save_for_backward(q, k, v, adt, dt, trap, q_bias, k_bias, angles, D, z,
                               *(input_states if has_states else (None,) * 4))
         ctx.meta = (c, has_states)  # sizes, config and chunk tables (no second host sync for varlen)
@@ -154,8 +153,7 @@ class SisoTritonFn(torch.autograd.Function):
             dout, z if z is not None else dout, q, q_bias if q_bias is not None else q, adt, dt, trap, rot, plane,
             dst, ch.chunk_table, T, c.sv_t, c.sq_t, H, c.HPG, A,
             N=N, P=P, C=cfg.chunk, BN=cfg.bn, BP=cfg.bp, MODE=1, HAS_Z=z is not None, HAS_BIAS=q_bias is not None,
-            HALVES=cfg.halves, DOT_DT=c.dot_dt, PREC=c.prec, num_warps=cfg.warps_chunk, num_stages=cfg.stages,
-            maxnreg=cfg.maxnreg_chunk)
+            HALVES=cfg.halves, DOT_DT=c.dot_dt, PREC=c.prec, num_warps=cfg.warps_chunk, num_stages=cfg.stages)
         ds_init = torch.empty(ch.nseq, H, P, N, device=dev, dtype=torch.float32)
         state_passing(dst, gsum, ch, init=None if dfssm is None else dfssm.float().contiguous(), final=ds_init,
                       reverse=True, block=cfg.state_block)
@@ -173,7 +171,7 @@ class SisoTritonFn(torch.autograd.Function):
             ch.chunk_table, T, B, ddp.stride(0), c.sq_t, c.sv_t, H, c.HPG, A,
             N=N, P=P, C=cfg.chunk, BN=cfg.bn, BP=cfg.bp, HAS_Z=z is not None, HAS_D=D is not None,
             HAS_BIAS=q_bias is not None, HALVES=cfg.halves, DOT_DT=c.dot_dt, PREC=c.prec,
-            num_warps=cfg.warps_bwd, num_stages=cfg.stages, maxnreg=cfg.maxnreg_bwd)
+            num_warps=cfg.warps_bwd, num_stages=cfg.stages)
         nbk = N // cfg.bn
         hs = _head_split(c.HPG)
         if hs == 1:
@@ -191,8 +189,7 @@ class SisoTritonFn(torch.autograd.Function):
             adt, dt, trap, rot, plane, st, dst, dsc, dbq, dbk, R,
             ch.chunk_table, T, B, c.sq_t, c.sv_t, H, c.HPG, hs, A,
             N=N, P=P, C=cfg.chunk, BN=cfg.bn, BP=cfg.bp, HAS_Z=z is not None, HAS_BIAS=has_bias,
-            HALVES=cfg.halves, DOT_DT=c.dot_dt, PREC=c.prec, num_warps=cfg.warps_bwd, num_stages=cfg.stages,
-            maxnreg=cfg.maxnreg_bwd)
+            HALVES=cfg.halves, DOT_DT=c.dot_dt, PREC=c.prec, num_warps=cfg.warps_bwd, num_stages=cfg.stages)
         del st, dst, rot
         if hs > 1:
             dq, dk = dq.sum(0).to(q.dtype), dk.sum(0).to(k.dtype)
