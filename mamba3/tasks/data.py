@@ -142,10 +142,15 @@ class Batch:
 
     def to(self, device):
         """On a CUDA device: copied from pinned memory without waiting for the device's queue to drain."""
-        fields = (self.tokens, self.query, self.target, self.lengths)
-        if torch.device(device).type == "cuda":
-            return Batch(*(t.pin_memory().to(device, non_blocking=True) for t in fields))
-        return Batch(*(t.to(device) for t in fields))
+        return Batch(*_to_device((self.tokens, self.query, self.target, self.lengths), device))
+
+
+def _to_device(tensors, device):
+    """Host tensors on ``device``; to CUDA through pinned memory without blocking (the host does not wait for
+    the device's queue to drain)."""
+    if torch.device(device).type == "cuda":
+        return [t.pin_memory().to(device, non_blocking=True) for t in tensors]
+    return [t.to(device) for t in tensors]
 
 
 @dataclass
@@ -160,11 +165,7 @@ class PackedBatch:
     def to(self, device):
         """tokens, query and target to ``device`` (pinned, non-blocking on CUDA); cu_seqlens stays on the host,
         where the varlen kernels read it without synchronising with the device."""
-        fields = (self.tokens, self.query, self.target)
-        if torch.device(device).type == "cuda":
-            tokens, query, target = (t.pin_memory().to(device, non_blocking=True) for t in fields)
-        else:
-            tokens, query, target = (t.to(device) for t in fields)
+        tokens, query, target = _to_device((self.tokens, self.query, self.target), device)
         return PackedBatch(tokens, self.cu_seqlens, query, target)
 
 

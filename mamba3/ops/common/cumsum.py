@@ -61,15 +61,20 @@ def chunk_sums_kernel(adt_ptr, dt_ptr, ang_ptr, gsum_ptr, asum_ptr, table_ptr,
         tl.store(asum_ptr + (c * H + h) * A + pa, tl.sum(inc, 0), mask=am)
 
 
+def _angle_strides(angles, nheads: int, nangles: int):
+    """(shared, token stride, head stride) of contiguous angle rates: (B, T, A) shared by the heads (head stride
+    0) or (B, T, H, A)."""
+    shared = angles.dim() == 3
+    return shared, nangles if shared else nheads * nangles, 0 if shared else nangles
+
+
 def chunk_sums(adt, dt, angles, chunks: Chunks, nheads: int, nangles: int):
     """Launch :func:`chunk_sums_kernel`. adt/dt must have unit time stride, angles unit last stride."""
     dev = adt.device
     gsum = torch.empty(chunks.nchunks, nheads, device=dev, dtype=torch.float32)
     asum = torch.empty(chunks.nchunks, nheads, max(nangles, 1), device=dev, dtype=torch.float32)
-    shared = angles.dim() == 3
     assert angles.is_contiguous() and adt.is_contiguous() and dt.is_contiguous()
-    sa_t = nangles if shared else nheads * nangles
-    sa_h = 0 if shared else nangles
+    _, sa_t, sa_h = _angle_strides(angles, nheads, nangles)
     launch(chunk_sums_kernel, (chunks.nchunks * nheads,), 
         adt, dt, angles, gsum, asum, chunks.chunk_table, adt.shape[-1], sa_t, sa_h, nheads, nangles, C=chunks.chunk_size, BA=triton.next_power_of_2(max(nangles, 1)),
         HAS_ANG=nangles > 0, num_warps=1)
@@ -104,9 +109,7 @@ def rotation_planes(angles, dt, offset, chunks: Chunks, nheads: int, nangles: in
     rot = torch.empty(2, B, T, nheads, max(nangles, 1), device=dt.device, dtype=torch.float32)
     if nangles == 0:  # no rotation: the kernels never read the planes
         return rot, plane
-    shared = angles.dim() == 3
-    sa_t = nangles if shared else nheads * nangles
-    sa_h = 0 if shared else nangles
+    _, sa_t, sa_h = _angle_strides(angles, nheads, nangles)
     # 1 warp on C×32 tiles: H200, B8 T4096 H32 A32: 0.22 ms (2 warps 0.32, 4: 0.28, 8: 0.32; copying the planes
     # takes 0.13); more angles take more programs (a C×BA tile at 1 warp is C·BA/32 fp32 per thread)
     ba = min(32, triton.next_power_of_2(nangles))
@@ -192,11 +195,9 @@ def angle_backward(R, dfinal_angle, angles, dt, chunks: Chunks, nheads: int, nan
         dlater = dlater + dfa[chunks.chunk_seq]
         seq_sum = seq_sum + dfa
     dlater = dlater.to(torch.float32).contiguous()
-    shared = angles.dim() == 3
+    shared, sa_t, sa_h = _angle_strides(angles, nheads, nangles)
     dang = torch.empty(angles.shape, device=dev, dtype=torch.float32)  # fully written by the kernel
     ddt = torch.empty(B, nheads, T, device=dev, dtype=torch.float32)
-    sa_t = nangles if shared else nheads * nangles
-    sa_h = 0 if shared else nangles
     assert R.is_contiguous() and dt.is_contiguous()
     # angles may have other strides than dang: make a contiguous copy for the kernel
     ang = angles.contiguous()
