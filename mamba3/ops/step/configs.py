@@ -16,7 +16,7 @@ prefetches its next tile by hand).
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 import torch
 
@@ -90,9 +90,12 @@ _AOT_PROBLEMS = [
     ("mimo8_p128_n256_fp32", 128, 256, 8, torch.float32, "mimo"),
     ("mimo2_p32_n64_bf16_per_rank", 32, 64, 2, torch.bfloat16, "mimo_per_rank"),
 ]
+# Also compiled with StepConfig.fused_rows (one launch; not chosen by default yet): the common SISO and MIMO tiles
+# and the largest (R = 8, N = 256, most registers)
+_AOT_FUSED = ("siso_p64_n128_bf16", "mimo4_p64_n128_bf16", "mimo8_p128_n256_fp32")
 
 
-def _example(P, N, R, dtype, mode, bsz=4, nheads=8):
+def _example(P, N, R, dtype, mode, bsz=4, nheads=8, fused_rows=False):
     """The launches of a call with CPU tensors shaped like a real one (dtype and alignment matter to compiling)."""
     from .launch import build_launches
 
@@ -112,9 +115,11 @@ def _example(P, N, R, dtype, mode, bsz=4, nheads=8):
     states = (torch.empty(bsz, nheads, A, dtype=f32), torch.empty(bsz, nheads, P, N, dtype=f32),
               torch.empty(bsz, R, nheads, N, dtype=f32), torch.empty(bsz, nheads, P, dtype=dtype))
     norm = mode == "mimo_norm"
+    config = replace(choose_config(None, StepProblem(P, N, R, rms_norm=norm)), fused_rows=fused_rows)
     launches, _out = build_launches(q, k, v, adt, dt, trap, qb, kb, mimo, mimo,
                                     None if mode == "mimo_per_rank" else mimo, angles, D, z, *states, None, norm,
-                                    torch.empty(nheads, P, dtype=f32) if norm else None, 1e-5, siso=siso)
+                                    torch.empty(nheads, P, dtype=f32) if norm else None, 1e-5, siso=siso,
+                                    config=config)
     return launches
 
 
@@ -125,6 +130,10 @@ def aot_launches(arch: int):
     for name, P, N, R, dtype, mode in _AOT_PROBLEMS:
         for kernel, args, meta, _grid in _example(P, N, R, dtype, mode):
             out.append(KernelLaunch(name=f"{kernel.__name__}[{name}]", kernel=kernel, args=args, meta=meta))
+        if name in _AOT_FUSED:
+            for kernel, args, meta, _grid in _example(P, N, R, dtype, mode, fused_rows=True):
+                out.append(KernelLaunch(name=f"{kernel.__name__}[{name}_fused_rows]", kernel=kernel, args=args,
+                                        meta=meta))
     return out
 
 
