@@ -12,7 +12,6 @@ with the same tiles): the step's floor for this access pattern.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import sys
 from pathlib import Path
 
@@ -117,9 +116,6 @@ def main():
                     c = StepConfig(block_p=bp, block_n=min(128, full_n), num_warps=w, rows_warps=chosen.rows_warps)
                     if c not in configs:
                         configs.append(c)
-            # one launch: the last P tile of each (row, head) writes the small states (StepConfig.fused_rows)
-            for c in (chosen, StepConfig(block_p=8, block_n=min(128, full_n), num_warps=1)):
-                configs.append(dataclasses.replace(c, fused_rows=True))
         for cfg in configs:
             fn = lambda: step_triton(*[x[n] for n in ORDER], siso=siso, config=cfg)
             fn()
@@ -128,7 +124,7 @@ def main():
             tbps = nbytes / ms / 1e9
             row = dict(op=mode, rank=R, batch=args.batch, nheads=args.nheads, headdim=args.headdim,
                        dstate=args.dstate, block_p=cfg.block_p, block_n=cfg.block_n, num_warps=cfg.num_warps,
-                       fused_rows=cfg.fused_rows, chosen=cfg == chosen, ms=ms, MB=nbytes / 1e6, TBps=tbps, frac_of_copy=tbps / copy_bw)
+                       chosen=cfg == chosen, ms=ms, MB=nbytes / 1e6, TBps=tbps, frac_of_copy=tbps / copy_bw)
             if cfg == chosen and siso:
                 siso_ms = ms
             if cfg == chosen and not siso and siso_ms:

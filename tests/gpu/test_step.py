@@ -72,29 +72,6 @@ def test_step_matches_float64_reference_fp32(P, N, mode):
         assert_rel_close(f"{name} state", a, b, 1e-5)
 
 
-@pytest.mark.parametrize("P,N", [(64, 128), (48, 256), (16, 16)], ids=["P64-N128", "P48-N256", "P16-N16"])
-@pytest.mark.parametrize("mode", ["siso", "mimo4", "mimo2-norm"])
-def test_fused_rows_matches_float64_reference(P, N, mode, monkeypatch):
-    """StepConfig.fused_rows (one launch; not the default yet): the P-tile programs of a (row, head) run
-    concurrently and count themselves in with an atomic, the last one writes θ', k̃' and v. 32 rows × 8 heads,
-    8 chained tokens, against float64."""
-    import dataclasses
-
-    import mamba3.ops.step.launch as launch
-
-    chosen = launch.choose_config
-    monkeypatch.setattr(launch, "choose_config",
-                        lambda spec, problem: dataclasses.replace(chosen(spec, problem), fused_rows=True))
-    siso = mode == "siso"
-    R = 1 if siso else int(mode[4])
-    x, st = inputs(32, 8, 8, 2, P, N, R, torch.float32, siso, seed=P * N, norm="norm" in mode)
-    out, states = chain(x, st, siso, 8, "triton")
-    ref, ref_states = chain(x, st, siso, 8, "reference")
-    assert_rel_close("out", out, ref, 1e-5)
-    for name, a, b in zip(("angle", "ssm", "k", "v"), states, ref_states):
-        assert_rel_close(f"{name} state", a, b, 1e-5)
-
-
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
 @pytest.mark.parametrize("siso", [True, False], ids=["siso", "mimo4"])
 def test_step_low_precision_inputs(dtype, siso):

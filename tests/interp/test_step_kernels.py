@@ -123,24 +123,3 @@ def test_public_functions_dispatch_to_triton():
                            x["mimo_v"], x["mimo_z"], x["mimo_out"], x["angles"], x["D"], x["z"], states,
                            backend="triton")
     assert_rel_close("mimo out", out, both(x, False)[1][0], 1e-5)
-
-
-@pytest.mark.parametrize("siso", [True, False], ids=["siso", "mimo"])
-def test_fused_rows_single_launch(siso):
-    """StepConfig.fused_rows: one launch, the last P-tile program of each (row, head) writes θ', k̃' and v; with
-    3 P tiles per head, pooled states and a padded slot (no stray writes, untouched counters of padded rows)."""
-    from mamba3.ops.step.launch import build_launches
-
-    x = make(3, 2, 1, 12, 16, 1 if siso else 2, 4, torch.float32, siso, seed=8, pool=5)
-    x["state_batch_indices"] = torch.tensor([4, -1, 1], dtype=torch.int32)
-    for s in ("angle_state", "ssm_state", "k_state", "v_state"):
-        x[s][torch.tensor([0, 2, 3])] = float("nan")
-    cfg = StepConfig(block_p=4, block_n=16, num_warps=1, fused_rows=True)
-    launches, _ = build_launches(*[x[n] for n in ORDER], siso=siso, config=cfg)
-    assert len(launches) == 1 and launches[0][3][2] == 3
-    tri, ref = both(x, siso, config=cfg)
-    rows = torch.tensor([4, 1])
-    assert_rel_close("out", tri[0], ref[0], 1e-5)
-    for name, a, b in zip(("angle", "ssm", "k", "v"), tri[1], ref[1]):
-        assert_rel_close(f"{name} state", a[rows].float(), b[rows].float(), 1e-5)
-        assert torch.isnan(a[torch.tensor([0, 2, 3])]).all()

@@ -16,7 +16,7 @@ prefetches its next tile by hand).
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 
 import torch
 
@@ -34,10 +34,6 @@ class StepConfig:
     num_warps: int         # 1..8: about 32 tile values per thread
     num_stages: int = 1    # the N loop prefetches by hand
     rows_warps: int = 1    # the small-state kernel (θ', k̃, v of one row and head)
-    # True: no second launch; the last P-tile program of each (row, head) to finish (an atomic count, zeroed per
-    # call) writes θ', k̃ and v itself. Saves the rows kernel (≈ 7 µs SISO / 11 µs MIMO at batch 128, H = 64 on
-    # the H200) and the gap between the launches; not measured yet, so off by default.
-    fused_rows: bool = False
 
 
 @dataclass(frozen=True)
@@ -90,12 +86,9 @@ _AOT_PROBLEMS = [
     ("mimo8_p128_n256_fp32", 128, 256, 8, torch.float32, "mimo"),
     ("mimo2_p32_n64_bf16_per_rank", 32, 64, 2, torch.bfloat16, "mimo_per_rank"),
 ]
-# Also compiled with StepConfig.fused_rows (one launch; not chosen by default yet): the common SISO and MIMO tiles
-# and the largest (R = 8, N = 256, most registers)
-_AOT_FUSED = ("siso_p64_n128_bf16", "mimo4_p64_n128_bf16", "mimo8_p128_n256_fp32")
 
 
-def _example(P, N, R, dtype, mode, bsz=4, nheads=8, fused_rows=False):
+def _example(P, N, R, dtype, mode, bsz=4, nheads=8):
     """The launches of a call with CPU tensors shaped like a real one (dtype and alignment matter to compiling)."""
     from .launch import build_launches
 
@@ -115,7 +108,7 @@ def _example(P, N, R, dtype, mode, bsz=4, nheads=8, fused_rows=False):
     states = (torch.empty(bsz, nheads, A, dtype=f32), torch.empty(bsz, nheads, P, N, dtype=f32),
               torch.empty(bsz, R, nheads, N, dtype=f32), torch.empty(bsz, nheads, P, dtype=dtype))
     norm = mode == "mimo_norm"
-    config = replace(choose_config(None, StepProblem(P, N, R, rms_norm=norm)), fused_rows=fused_rows)
+    config = choose_config(None, StepProblem(P, N, R, rms_norm=norm))
     launches, _out = build_launches(q, k, v, adt, dt, trap, qb, kb, mimo, mimo,
                                     None if mode == "mimo_per_rank" else mimo, angles, D, z, *states, None, norm,
                                     torch.empty(nheads, P, dtype=f32) if norm else None, 1e-5, siso=siso,
@@ -130,10 +123,6 @@ def aot_launches(arch: int):
     for name, P, N, R, dtype, mode in _AOT_PROBLEMS:
         for kernel, args, meta, _grid in _example(P, N, R, dtype, mode):
             out.append(KernelLaunch(name=f"{kernel.__name__}[{name}]", kernel=kernel, args=args, meta=meta))
-        if name in _AOT_FUSED:
-            for kernel, args, meta, _grid in _example(P, N, R, dtype, mode, fused_rows=True):
-                out.append(KernelLaunch(name=f"{kernel.__name__}[{name}_fused_rows]", kernel=kernel, args=args,
-                                        meta=meta))
     return out
 
 

@@ -13,9 +13,9 @@ Two launches, so that no program ever reads a value another program may already 
   barrier separates the loads from the stores (Triton orders a store after a load of the same address only
   within one thread).
 
-``StepConfig.fused_rows`` (off by default, not yet measured) folds the second launch into the first: every
-P-tile program of a (row, head) counts itself in with an acquire-release atomic once it has used the old rows,
-and the last one to arrive writes θ', k̃ and v (the counters are zeroed per call).
+One launch, with the last P-tile program of each (row, head) to finish (an acquire-release atomic count) writing
+θ', k̃ and v, was measured slower on the H200 at batch 1, 8 and 128 (SISO 5.38 / 13.2 / 161 µs against 5.07 /
+9.5 / 154 µs): the last arriver's serial tail costs more than the second launch saves.
 
 Rotation: dimension n of x is rotated with its partner dimension p(n) by θ_j(n):
   adjacent pairs (SISO): j = n // 2, p(n) = n xor 1, x'[n] = x[n]·cos θ_j ∓ x[p(n)]·sin θ_j (− for even n);
@@ -146,7 +146,7 @@ def _state_row(sbi_ptr, b, HAS_SBI: tl.constexpr):
 def mamba3_step_kernel(
     q_ptr, k_ptr, v_ptr, z_ptr, adt_ptr, dt_ptr, trap_ptr, ang_ptr,
     qb_ptr, kb_ptr, D_ptr, mv_ptr, mz_ptr, mo_ptr, nw_ptr,
-    sa_ptr, ss_ptr, sk_ptr, sv_ptr, sbi_ptr, out_ptr, cnt_ptr,
+    sa_ptr, ss_ptr, sk_ptr, sv_ptr, sbi_ptr, out_ptr,
     stride_qb, stride_qr, stride_qg, stride_kb, stride_kr, stride_kg,
     stride_vb, stride_vh, stride_zb, stride_zh, stride_angb, stride_angh,
     stride_sab, stride_sah, stride_ssb, stride_ssh, stride_ssp: tl.constexpr,
@@ -157,8 +157,6 @@ def mamba3_step_kernel(
     ADJACENT: tl.constexpr, HAS_SBI: tl.constexpr, HAS_D: tl.constexpr,
     HAS_Z: tl.constexpr, HAS_PSI: tl.constexpr, HAS_ZETA: tl.constexpr, HAS_PHI: tl.constexpr,
     PER_RANK: tl.constexpr, RMS_NORM: tl.constexpr, HAS_NW: tl.constexpr,
-    FUSED_ROWS: tl.constexpr = False, ROWS_BLOCK_P: tl.constexpr = 1, ROWS_BLOCK_N: tl.constexpr = 1,
-    BLOCK_A: tl.constexpr = 1,
 ):
     b = tl.program_id(0)
     h = tl.program_id(1)
@@ -261,16 +259,6 @@ def mamba3_step_kernel(
             if HAS_PHI:
                 y = y * tl.load(mo_ptr + rp, mask=rpmask, other=0.0).to(tl.float32)
             tl.store(out_ptr + (b * H + h) * P + pp, tl.sum(y, axis=1).to(out_ptr.dtype.element_ty), mask=pmask)
-        if FUSED_ROWS:
-            # The last of this (row, head)'s P-tile programs to count itself in writes θ', k̃' and v (the rows
-            # kernel's work): each program has used every old row it reads (θ, k̃, v above) before it counts
-            # itself in, and the count is an acquire-release atomic behind a barrier of the whole program.
-            tl.debug_barrier()
-            arrived = tl.atomic_add(cnt_ptr + b * H + h, 1, sem="acq_rel")
-            if arrived == tl.num_programs(2) - 1:
-                _write_small_states(k_row, stride_kr, kb_ptr + h * R * N, v_ptr + b * stride_vb + h * stride_vh, dt,
-                                    sa_row, ang_row, sk_row, stride_skr, sv_ptr + srow * stride_svb + h * stride_svh,
-                                    P, A, N, R, BLOCK_R, ROWS_BLOCK_P, ROWS_BLOCK_N, BLOCK_A, ADJACENT)
     else:
         if PER_RANK:
             optr = out_ptr + ((b * R + rr[None, :]) * H + h) * P + pp[:, None]

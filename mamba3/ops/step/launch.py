@@ -58,7 +58,6 @@ def build_launches(q, k, v, adt, dt, trap, q_bias, k_bias, mimo_v, mimo_z, mimo_
         mimo_z if mimo_z is not None else dummy, mimo_out if mimo_out is not None else dummy,
         norm_weight if norm_weight is not None else dummy,
         angle_state, ssm_state, k_state, v_state, sbi, out,
-        torch.zeros(bsz * nheads, device=v.device, dtype=torch.int32) if config.fused_rows else dummy,
         q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
         v.stride(0), v.stride(1), z.stride(0) if z is not None else 0, z.stride(1) if z is not None else 0,
         stride_angb, stride_angh,
@@ -84,12 +83,8 @@ def build_launches(q, k, v, adt, dt, trap, q_bias, k_bias, mimo_v, mimo_z, mimo_
     rows_meta = dict(common, BLOCK_P=next_pow2(headdim), BLOCK_N=next_pow2(dstate),
                      BLOCK_A=max(2, next_pow2(nangles)), num_warps=config.rows_warps, num_stages=1)
     p_tiles = -(-headdim // config.block_p)
-    state_launch = (mamba3_step_kernel, state_args, state_meta, (bsz, nheads, p_tiles))
-    if config.fused_rows:  # the state kernel's last P tile per (row, head) writes the small states
-        state_meta.update(FUSED_ROWS=True, ROWS_BLOCK_P=rows_meta["BLOCK_P"], ROWS_BLOCK_N=rows_meta["BLOCK_N"],
-                          BLOCK_A=rows_meta["BLOCK_A"])
-        return [state_launch], out
-    return [state_launch, (mamba3_step_rows_kernel, rows_args, rows_meta, (bsz, nheads))], out
+    return [(mamba3_step_kernel, state_args, state_meta, (bsz, nheads, p_tiles)),
+            (mamba3_step_rows_kernel, rows_args, rows_meta, (bsz, nheads))], out
 
 
 def step_triton(*args, siso, config=None, out=None):
