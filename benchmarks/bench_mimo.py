@@ -82,11 +82,24 @@ def main():
         import dataclasses
 
         from mamba3.dispatch import device_spec
+        from mamba3.ops.mimo.check import compare as compare_with_float64
         from mamba3.ops.mimo.configs import MimoProblem, choose_config
+        from mamba3.testing.inputs import mimo_inputs
 
         base = choose_config(device_spec(), MimoProblem(128, 64, 4))
         variants = [dataclasses.replace(base, state_tiles=st, name=f"{base.name}-st{st}") for st in (1, 2, 4, 8)]
         variants.append(dataclasses.replace(base, bm_bwd=32, warps_bwd=4, name=f"{base.name}-bwd32"))
+        # 16 warps: the same tiles over twice the threads (half of every tile per thread, ≤ 128 registers), so
+        # one 16-warp CTA per SM instead of one 8-warp CTA (AOT sm_90: chunk_state 119-127 registers without
+        # spills; the output and backward kernels spill 372-1380 B)
+        variants += [dataclasses.replace(base, state_warps=16, name=f"{base.name}-statew16"),
+                     dataclasses.replace(base, warps=16, state_warps=16, name=f"{base.name}-w16"),
+                     dataclasses.replace(base, warps=16, warps_bwd=16, state_warps=16, name=f"{base.name}-allw16"),
+                     dataclasses.replace(base, state_tiles=1, state_warps=16, name=f"{base.name}-st1-statew16")]
+        # a miscompiled variant shows here first: its errors against float64 on a small case (bf16 and fp32)
+        small = {dt: mimo_inputs(bsz=2, seqlen=100, nheads=4, ngroups=1, dstate=128, headdim=64, rank=4,
+                                 nangles=32, dtype=dt, device="cuda", with_D=True, with_z=True)
+                 for dt in (torch.bfloat16, torch.float32)}
         args = make_args(8, 4096)
         leaves = [x for _, x in tensor_leaves(args)]
         for x in leaves:
@@ -102,7 +115,10 @@ def main():
             fwd_bwd()
             with torch.no_grad():
                 t_fwd = bench_ms(fwd, rep=rep)
-            sweep.append({"config": cfg.name, "fwd_ms": t_fwd, "fwd_bwd_ms": bench_ms(fwd_bwd, rep=rep)})
+            worst = {str(dt).removeprefix("torch."): max(compare_with_float64(a, config=cfg).items(),
+                                                         key=lambda kv: kv[1]) for dt, a in small.items()}
+            sweep.append({"config": cfg.name, "fwd_ms": t_fwd, "fwd_bwd_ms": bench_ms(fwd_bwd, rep=rep),
+                          "worst_rel_err": {k: f"{n} {e:.2e}" for k, (n, e) in worst.items()}})
             print(sweep[-1], flush=True)
     write_results(ns.out, "MIMO Mamba-3 Triton kernels", rows,
                   extra={"cold_fwd_bwd_s": cold, "kernels_fwd_bwd_ms": kernels, **({"sweep": sweep} if sweep else {})})

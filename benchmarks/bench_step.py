@@ -26,8 +26,7 @@ from mamba3.ops.step.configs import StepConfig, StepProblem, choose_config  # no
 from mamba3.ops.step.launch import step_triton  # noqa: E402
 
 
-def make(bsz, H, G, P, N, R, siso, dtype):
-    dev = "cuda"
+def make(bsz, H, G, P, N, R, siso, dtype, dev="cuda"):
     A = N // 4
     f32 = torch.float32
     x = dict(q=torch.randn(bsz, R, G, N, device=dev, dtype=dtype), k=torch.randn(bsz, R, G, N, device=dev, dtype=dtype),
@@ -49,6 +48,26 @@ def make(bsz, H, G, P, N, R, siso, dtype):
 ORDER = ["q", "k", "v", "adt", "dt", "trap", "q_bias", "k_bias", "mimo_v", "mimo_z", "mimo_out", "angles", "D",
          "z", "angle_state", "ssm_state", "k_state", "v_state", "state_batch_indices", "rms_norm", "norm_weight",
          "norm_eps"]
+
+
+def errors_against_float64(x, siso, cfg):
+    """One step of ``cfg`` from random states against the float64 reference on the same inputs: relative
+    Frobenius error of the output (bf16, so ≈ 1e-3 is its rounding) and of the new fp32 state (a miscompiled
+    tile shows as O(1))."""
+    from mamba3.ops.step.reference import step_reference
+    from mamba3.testing.errors import rel_frobenius
+
+    dev = x["v"].device
+    g = torch.Generator(device=dev).manual_seed(0)
+    y = dict(x)
+    for n in ("angle_state", "ssm_state", "k_state", "v_state"):
+        y[n] = torch.randn(x[n].shape, generator=g, device=dev).to(x[n].dtype)
+    y["angle_state"] = y["angle_state"].abs().remainder(6.28)
+    ref = {n: t.double() if isinstance(t, torch.Tensor) and t.is_floating_point() else t for n, t in y.items()}
+    ref.update({n: y[n].double() for n in ("angle_state", "ssm_state", "k_state", "v_state")})  # own copies
+    out = step_triton(*[y[n] for n in ORDER], siso=siso, config=cfg)
+    ref_out = step_reference(*[ref[n] for n in ORDER], pairing="adjacent" if siso else "half", siso=siso)
+    return {"err_out": rel_frobenius(out, ref_out), "err_state": rel_frobenius(y["ssm_state"], ref["ssm_state"])}
 
 
 def bytes_moved(x):
@@ -116,6 +135,11 @@ def main():
                     c = StepConfig(block_p=bp, block_n=min(128, full_n), num_warps=w, rows_warps=chosen.rows_warps)
                     if c not in configs:
                         configs.append(c)
+            # N in several tiles (the next one prefetched): fewer registers per program, more programs resident
+            for bp, bn in ((8, 32), (8, 64), (16, 32), (16, 64)):
+                c = StepConfig(block_p=bp, block_n=bn, num_warps=1, rows_warps=chosen.rows_warps)
+                if bn < full_n and c not in configs:
+                    configs.append(c)
         for cfg in configs:
             fn = lambda: step_triton(*[x[n] for n in ORDER], siso=siso, config=cfg)
             fn()
@@ -124,7 +148,8 @@ def main():
             tbps = nbytes / ms / 1e9
             row = dict(op=mode, rank=R, batch=args.batch, nheads=args.nheads, headdim=args.headdim,
                        dstate=args.dstate, block_p=cfg.block_p, block_n=cfg.block_n, num_warps=cfg.num_warps,
-                       chosen=cfg == chosen, ms=ms, MB=nbytes / 1e6, TBps=tbps, frac_of_copy=tbps / copy_bw)
+                       chosen=cfg == chosen, ms=ms, MB=nbytes / 1e6, TBps=tbps, frac_of_copy=tbps / copy_bw,
+                       **errors_against_float64(x, siso, cfg))
             if cfg == chosen and siso:
                 siso_ms = ms
             if cfg == chosen and not siso and siso_ms:
