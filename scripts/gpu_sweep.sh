@@ -7,7 +7,8 @@
 # inside the repository: runs whose results.json is already there, e.g. committed after an earlier call, are
 # skipped). After $STOP_AFTER seconds (default 480, inside a 10-minute call) the running runs pause themselves
 # (checkpoint_resume.pt, with checkpoint_best.pt) and no new run starts. Then it writes the summary, drops the
-# checkpoints of finished runs (KEEP_CKPT=1 keeps them) and every run's log and plot, and packs the sweep
+# last and resume checkpoints of finished runs (their checkpoint_best.pt, ≈ 0.25 MB at d_model 64, stays for
+# `python -m mamba3 train eval`; KEEP_CKPT=1 keeps all) and every run's log and plot, and packs the sweep
 # directory into $OUT/sweep.tgz (one file: the device transport returns at most a few files).
 # Unpack it over the repository root and commit the new results.json files; to continue paused runs in the next
 # call, pass the sweep directory in the device call's `carry` (checkpoints are git-ignored, so they travel only
@@ -28,7 +29,9 @@ python3 -m mamba3 train sweep "$TASK" --models "${MODELS:-mamba3}" --d-models "$
 python3 -m mamba3 train summarize "$SWEEP" || status=1
 find "$SWEEP" \( -name 'log.txt' -o -name 'accuracy_vs_length.png' \) -delete
 if [ -z "${KEEP_CKPT:-}" ]; then
-  find "$SWEEP" -name results.json -printf '%h\n' | while read -r run; do rm -f "$run"/*.pt; done
+  find "$SWEEP" -name results.json -printf '%h\n' | while read -r run; do
+    rm -f "$run"/checkpoint_last.pt "$run"/checkpoint_resume.pt
+  done
 fi
 tar czf "$OUT/sweep.tgz" "$SWEEP" || status=1
 exit $status

@@ -8,6 +8,7 @@
     python -m mamba3 train sweep parity [--models mamba3,norope] [--d-models 32,64] [--lrs 8] [--jobs 16]
                                         [--stop-after SECONDS] ...
     python -m mamba3 train summarize DIR                      (the results table of a sweep directory)
+    python -m mamba3 train eval CHECKPOINT [--lengths 256,512] [--n 1024]   (a checkpoint's test accuracy per length)
 
 (also ``python -m mamba3.tasks ...``). :func:`main` is the single entry point; it accepts its arguments with or
 without a leading ``train``.
@@ -308,12 +309,8 @@ def train_run(args) -> dict | None:
     ckpt_resume.unlink(missing_ok=True)
     if ckpt_best.exists():
         model.load_state_dict(torch.load(ckpt_best, map_location=device, weights_only=True)["model"])
-    test = {}
-    for i, L in enumerate(sorted(set(args.test_lens + [args.eval_len]))):
-        ts = data.fixed_set(task, args.n_test, L, TEST_SEED + i, args.mult)
-        acc, tl = evaluate(model, ts, device, args.eval_batch)
-        test[str(L)] = {"length": data.effective_length(task, L), "acc": acc, "loss": tl,
-                        "scaled": data.scaled_accuracy(acc, task)}
+    test = test_at_lengths(model, task, args.test_lens + [args.eval_len], args.n_test, args.mult, device,
+                           args.eval_batch)
     res = {
         "task": task, "model": args.model, "d_model": args.d_model, "layers": args.layers, "lr": args.lr,
         "seed": args.seed, "steps": args.steps, "batch": args.batch, "params": nparams,
@@ -329,6 +326,43 @@ def train_run(args) -> dict | None:
     (out / "results.json").write_text(json.dumps(res, indent=1))
     plot_runs([res], out / "accuracy_vs_length.png", f"{task}: scaled accuracy vs evaluation length")
     return res
+
+
+def test_at_lengths(model, task: str, lengths, n: int, mult: bool, device, eval_batch: int = 256) -> dict:
+    """{str(L): length, accuracy, loss, scaled accuracy} on fresh test sets of n rows per length (the i-th
+    smallest length's set has seed TEST_SEED + i, so the same lengths give the same sets)."""
+    test = {}
+    for i, L in enumerate(sorted(set(lengths))):
+        ts = data.fixed_set(task, n, L, TEST_SEED + i, mult)
+        acc, loss = evaluate(model, ts, device, eval_batch)
+        test[str(L)] = {"length": data.effective_length(task, L), "acc": acc, "loss": loss,
+                        "scaled": data.scaled_accuracy(acc, task)}
+    return test
+
+
+def run_eval(argv: list[str]) -> int:
+    """``train eval CHECKPOINT``: a checkpoint's scaled accuracy per length, on the test sets of its run."""
+    p = argparse.ArgumentParser(prog="python -m mamba3 train eval",
+                                description="Scaled test accuracy of a checkpoint per evaluation length (by "
+                                            "default the lengths and test sets of the run that wrote it).")
+    p.add_argument("checkpoint")
+    p.add_argument("--lengths", default=None, help="comma-separated lengths (default: the run's test lengths)")
+    p.add_argument("--n", type=int, default=None, help="strings per length (default: the run's n_test)")
+    p.add_argument("--device", default="auto")
+    p.add_argument("--eval-batch", type=int, default=256)
+    a = p.parse_args(argv)
+    ck = torch.load(a.checkpoint, map_location="cpu", weights_only=True)
+    run = ck["args"]
+    device = torch.device("cuda" if a.device == "auto" and torch.cuda.is_available() else
+                          "cpu" if a.device == "auto" else a.device)
+    model = load_checkpoint(a.checkpoint).to(device)
+    lengths = ([int(x) for x in a.lengths.split(",")] if a.lengths else run["test_lens"] + [run["eval_len"]])
+    test = test_at_lengths(model, ck["task"], lengths, a.n or run["n_test"], run["mult"], device, a.eval_batch)
+    print(f"{ck['task']} · {ck['config']['variant']} d_model {ck['config']['d_model']} · step {ck['step']} · "
+          f"{device.type}")
+    print("| length | " + " | ".join(test) + " |\n|---|" + "---|" * len(test))
+    print("| scaled accuracy (%) | " + " | ".join(f"{100 * v['scaled']:.2f}" for v in test.values()) + " |")
+    return 0
 
 
 def plot_runs(results: list[dict], path, title: str) -> bool:
@@ -603,7 +637,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "train":
         argv = argv[1:]
-    commands = list(data.TASKS) + ["demo", "sweep", "summarize"]
+    commands = list(data.TASKS) + ["demo", "sweep", "summarize", "eval"]
     if not argv or argv[0] in ("-h", "--help") or argv[0] not in commands:
         print(__doc__.split("\n\n")[1] if argv and argv[0] in ("-h", "--help") else
               f"usage: python -m mamba3 train {{{', '.join(commands)}}} ... (--help after the command for options)",
@@ -614,6 +648,8 @@ def main(argv: list[str] | None = None) -> int:
         return run_demo(rest)
     if cmd == "sweep":
         return run_sweep(rest)
+    if cmd == "eval":
+        return run_eval(rest)
     if cmd == "summarize":
         if not rest:
             print("usage: python -m mamba3 train summarize DIR", file=sys.stderr)

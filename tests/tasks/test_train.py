@@ -86,6 +86,12 @@ def test_cli_end_to_end_writes_json_and_checkpoints(tmp_path, capsys):
         model = train.load_checkpoint(out / name)
         assert model.config["variant"] == "norope"
     assert "| norope |" in capsys.readouterr().out
+    # `train eval` on the best checkpoint reproduces the run's test results (same test sets, same backend)
+    assert train.main(["eval", str(out / "checkpoint_best.pt"), "--device", "cpu"]) == 0
+    table = capsys.readouterr().out.splitlines()
+    assert table[-3] == "| length | 8 | 16 |"
+    assert table[-1] == "| scaled accuracy (%) | " + " | ".join(
+        f"{100 * res['test'][L]['scaled']:.2f}" for L in ("8", "16")) + " |"
 
 
 def test_sweep_dry_run_and_summarize(tmp_path, capsys):
