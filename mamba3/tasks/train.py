@@ -309,7 +309,7 @@ def train_run(args) -> dict | None:
     ckpt_resume.unlink(missing_ok=True)
     if ckpt_best.exists():
         model.load_state_dict(torch.load(ckpt_best, map_location=device, weights_only=True)["model"])
-    test = test_at_lengths(model, task, args.test_lens + [args.eval_len], args.n_test, args.mult, device,
+    test = accuracy_at_lengths(model, task, args.test_lens + [args.eval_len], args.n_test, args.mult, device,
                            args.eval_batch)
     res = {
         "task": task, "model": args.model, "d_model": args.d_model, "layers": args.layers, "lr": args.lr,
@@ -328,7 +328,7 @@ def train_run(args) -> dict | None:
     return res
 
 
-def test_at_lengths(model, task: str, lengths, n: int, mult: bool, device, eval_batch: int = 256) -> dict:
+def accuracy_at_lengths(model, task: str, lengths, n: int, mult: bool, device, eval_batch: int = 256) -> dict:
     """{str(L): length, accuracy, loss, scaled accuracy} on fresh test sets of n rows per length (the i-th
     smallest length's set has seed TEST_SEED + i, so the same lengths give the same sets)."""
     test = {}
@@ -357,7 +357,7 @@ def run_eval(argv: list[str]) -> int:
                           "cpu" if a.device == "auto" else a.device)
     model = load_checkpoint(a.checkpoint).to(device)
     lengths = ([int(x) for x in a.lengths.split(",")] if a.lengths else run["test_lens"] + [run["eval_len"]])
-    test = test_at_lengths(model, ck["task"], lengths, a.n or run["n_test"], run["mult"], device, a.eval_batch)
+    test = accuracy_at_lengths(model, ck["task"], lengths, a.n or run["n_test"], run["mult"], device, a.eval_batch)
     print(f"{ck['task']} · {ck['config']['variant']} d_model {ck['config']['d_model']} · step {ck['step']} · "
           f"{device.type}")
     print("| length | " + " | ".join(test) + " |\n|---|" + "---|" * len(test))
