@@ -12,6 +12,7 @@ with the same tiles): the step's floor for this access pattern.
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from pathlib import Path
 
@@ -62,9 +63,9 @@ def errors_against_float64(x, siso, cfg):
     y = dict(x)
     for n in ("angle_state", "ssm_state", "k_state", "v_state"):
         y[n] = torch.randn(x[n].shape, generator=g, device=dev).to(x[n].dtype)
-    y["angle_state"] = y["angle_state"].abs().remainder(6.28)
+    y["angle_state"] = y["angle_state"].abs().remainder(2 * math.pi)
+    # float64 copies (the reference updates its own states in place)
     ref = {n: t.double() if isinstance(t, torch.Tensor) and t.is_floating_point() else t for n, t in y.items()}
-    ref.update({n: y[n].double() for n in ("angle_state", "ssm_state", "k_state", "v_state")})  # own copies
     out = step_triton(*[y[n] for n in ORDER], siso=siso, config=cfg)
     ref_out = step_reference(*[ref[n] for n in ORDER], pairing="adjacent" if siso else "half", siso=siso)
     return {"err_out": rel_frobenius(out, ref_out), "err_state": rel_frobenius(y["ssm_state"], ref["ssm_state"])}

@@ -9,8 +9,8 @@ no``) or packed into one varlen sequence with host cu_seqlens (``--pack yes``, t
 queueing ahead (no synchronisation inside the loop), the GPU's busy time per step, and the 12 largest CUDA
 kernels of one profiled step. Wall ≫ GPU busy means launch-bound (runs can share the GPU); wall ≈ GPU busy means
 the kernels bound the sweep. ``--chunks auto,32,16`` also times the SISO kernels at other chunk sizes (the
-task model's heads are small: P = 16, N = 64). (benchmarks/results/task_step_h200.* were measured before the
-packed/padded rows and chunk options, on 256 rows of length 160 exactly.)
+task model's heads are small: P = 16, N = 64). benchmarks/results/task_step_h200.* was run with
+``--chunks auto,32``.
 """
 from __future__ import annotations
 

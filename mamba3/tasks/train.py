@@ -310,7 +310,7 @@ def train_run(args) -> dict | None:
     if ckpt_best.exists():
         model.load_state_dict(torch.load(ckpt_best, map_location=device, weights_only=True)["model"])
     test = accuracy_at_lengths(model, task, args.test_lens + [args.eval_len], args.n_test, args.mult, device,
-                           args.eval_batch)
+                               args.eval_batch)
     res = {
         "task": task, "model": args.model, "d_model": args.d_model, "layers": args.layers, "lr": args.lr,
         "seed": args.seed, "steps": args.steps, "batch": args.batch, "params": nparams,
@@ -353,8 +353,7 @@ def run_eval(argv: list[str]) -> int:
     a = p.parse_args(argv)
     ck = torch.load(a.checkpoint, map_location="cpu", weights_only=True)
     run = ck["args"]
-    device = torch.device("cuda" if a.device == "auto" and torch.cuda.is_available() else
-                          "cpu" if a.device == "auto" else a.device)
+    device = resolve_device(a.device)
     model = load_checkpoint(a.checkpoint).to(device)
     lengths = ([int(x) for x in a.lengths.split(",")] if a.lengths else run["test_lens"] + [run["eval_len"]])
     test = accuracy_at_lengths(model, ck["task"], lengths, a.n or run["n_test"], run["mult"], device, a.eval_batch)

@@ -108,11 +108,9 @@ def _example(P, N, R, dtype, mode, bsz=4, nheads=8):
     states = (torch.empty(bsz, nheads, A, dtype=f32), torch.empty(bsz, nheads, P, N, dtype=f32),
               torch.empty(bsz, R, nheads, N, dtype=f32), torch.empty(bsz, nheads, P, dtype=dtype))
     norm = mode == "mimo_norm"
-    config = choose_config(None, StepProblem(P, N, R, rms_norm=norm))
     launches, _out = build_launches(q, k, v, adt, dt, trap, qb, kb, mimo, mimo,
                                     None if mode == "mimo_per_rank" else mimo, angles, D, z, *states, None, norm,
-                                    torch.empty(nheads, P, dtype=f32) if norm else None, 1e-5, siso=siso,
-                                    config=config)
+                                    torch.empty(nheads, P, dtype=f32) if norm else None, 1e-5, siso=siso)
     return launches
 
 
