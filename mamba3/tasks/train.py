@@ -18,7 +18,9 @@ minimum length 3 and the maximum growing in equal stages from 40 to 160 (``--max
 every row's length uniform in [min, max]; batch 256; AdamW (β = 0.9, 0.95; weight decay 0.1 on matrices only),
 linear warm-up then cosine decay to 10 % of the peak learning rate, gradient clipping at 1.0; validation every
 ``--eval-every`` steps at length 256 on a fixed set, the best-validation checkpoint kept; at the end the best
-checkpoint is tested on fresh sets at several lengths. Scaled accuracy = (acc − chance) / (1 − chance).
+checkpoint is tested on fresh sets at several lengths. Scaled accuracy = (acc − chance) / (1 − chance). A run
+whose running training loss is not finite at a validation stops there and is reported from its best checkpoint
+(``diverged_at_step`` in results.json).
 """
 from __future__ import annotations
 
@@ -263,6 +265,7 @@ def train_run(args) -> dict | None:
     model.train()
     packed = use_packing(args, device)
     batches = _batches(args, start, end, packed, first_step)
+    done, diverged_at = first_step, None
     for step in range(first_step, args.steps):
         batch, max_len = next(batches)
         batch = batch.to(device)
@@ -293,6 +296,12 @@ def train_run(args) -> dict | None:
             if (va, -vl) > (best["val_acc"], -best["val_loss"]) and math.isfinite(vl):
                 best = {"val_acc": va, "val_loss": vl, "step": done}
                 save(ckpt_best, done)
+            if not math.isfinite(rec["train_loss"]):
+                # NaN/inf weights never recover: stop instead of training on, and report from the best checkpoint
+                diverged_at = done
+                print(f"{out}: training loss not finite at step {done}; the run stops (results from its best "
+                      f"checkpoint, step {best['step']})", file=sys.stderr, flush=True)
+                break
             if done < args.steps:
                 save_resume(done)
         if bar.enabled and (done % 25 == 0 or done == 1 or done == args.steps):
@@ -305,7 +314,7 @@ def train_run(args) -> dict | None:
                   "--resume to continue", file=sys.stderr, flush=True)
             return None
     train_time = trained_s + time.time() - t0
-    save(ckpt_last, args.steps)
+    save(ckpt_last, done)
     ckpt_resume.unlink(missing_ok=True)
     if ckpt_best.exists():
         model.load_state_dict(torch.load(ckpt_best, map_location=device, weights_only=True)["model"])
@@ -313,7 +322,8 @@ def train_run(args) -> dict | None:
                                args.eval_batch)
     res = {
         "task": task, "model": args.model, "d_model": args.d_model, "layers": args.layers, "lr": args.lr,
-        "seed": args.seed, "steps": args.steps, "batch": args.batch, "params": nparams,
+        "seed": args.seed, "steps": args.steps, "steps_trained": done, "diverged_at_step": diverged_at,
+        "batch": args.batch, "params": nparams,
         "eval_len": args.eval_len, "chance": data.chance(task),
         "best_step": best["step"], "best_val_acc": best["val_acc"],
         "best_val_scaled": data.scaled_accuracy(best["val_acc"], task),
@@ -614,8 +624,10 @@ def summarize(root: Path) -> str:
         paper = PAPER_TABLE_5B.get((task, model))
         lines.append(f"| {task} | {model} | {n} | {r['eval_len']} | {100 * r['best_val_scaled']:.2f} | "
                      f"{100 * r['test_scaled_at_eval_len']:.2f} | {'–' if paper is None else f'{paper:.2f}'} | "
-                     f"{r['d_model']} | {r['lr']:.2e} | {r['layers']} | {r['steps']} |")
-        summary.append({k: r[k] for k in ("task", "model", "d_model", "lr", "layers", "seed", "steps",
+                     f"{r['d_model']} | {r['lr']:.2e} | {r['layers']} | {r['steps']}"
+                     + (f" (diverged at {r['diverged_at_step']})" if r.get("diverged_at_step") else "") + " |")
+        summary.append({k: r.get(k) for k in ("task", "model", "d_model", "lr", "layers", "seed", "steps",
+                                              "diverged_at_step",
                                           "best_val_scaled", "test_scaled_at_eval_len", "best_step", "test",
                                           "versions", "machine", "command")} | {"runs": n, "paper": paper})
     lines += ["", "Scaled accuracy = (accuracy − chance) / (1 − chance), %; each (task, model) row is its run with "

@@ -1,5 +1,6 @@
 """Training loop and command line, with tiny settings (CPU, a few seconds)."""
 import json
+import math
 
 import pytest
 import torch
@@ -117,3 +118,34 @@ def test_sweep_dry_run_and_summarize(tmp_path, capsys):
 def test_usage_errors():
     assert train.main([]) == 2
     assert train.main(["nonsense"]) == 2
+
+
+def test_diverged_run_stops_and_reports_its_best_checkpoint(tmp_path, capsys, monkeypatch):
+    """A run whose training loss becomes NaN (here: NaN gradients injected from the 5th step on) stops at the next
+    validation instead of training on, and is reported from its best (finite) checkpoint, with the step it
+    diverged at."""
+    clip, calls = torch.nn.utils.clip_grad_norm_, []
+
+    def clip_then_poison(params, max_norm):
+        params = list(params)
+        calls.append(1)
+        if len(calls) >= 5:
+            for p in params:
+                p.grad.fill_(float("nan"))
+        return clip(params, max_norm)
+
+    monkeypatch.setattr(torch.nn.utils, "clip_grad_norm_", clip_then_poison)
+    out = tmp_path / "run"
+    rc = train.main(["parity", "--d-model", "16", "--d-state", "16", "--headdim", "8", "--steps", "40",
+                     "--batch", "8", "--max-len", "3:8", "--eval-len", "8", "--eval-every", "2", "--n-val", "16",
+                     "--n-test", "16", "--test-lens", "4", "--device", "cpu", "--out", str(out), "--quiet"])
+    assert rc == 0
+    res = json.loads((out / "results.json").read_text())
+    hist = res["history"]
+    # step 5's update makes the weights NaN; step 6's loss is NaN, seen at the validation after step 6
+    assert res["diverged_at_step"] == res["steps_trained"] == hist[-1]["step"] == 6 and len(calls) == 6
+    assert not math.isfinite(hist[-1]["train_loss"]) and all(math.isfinite(h["train_loss"]) for h in hist[:-1])
+    assert 0 < res["best_step"] <= 4 and math.isfinite(res["test_scaled_at_eval_len"])
+    assert all(torch.isfinite(p).all() for p in train.load_checkpoint(out / "checkpoint_best.pt").parameters())
+    assert "not finite at step 6" in capsys.readouterr().err
+    assert "40 (diverged at 6)" in train.summarize(tmp_path)

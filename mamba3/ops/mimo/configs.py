@@ -40,9 +40,10 @@ class MimoConfig:
         block, so the query (forward) or key (dv) tile is rotated once and reused across the in-chunk loop
         (``ONE_K``); larger N loops over blocks at the same footprint. The backward kernels hold more live
         tiles and use 32.
-    state_tiles: forward token tiles per state chunk. The (P×N) state is materialised once per state chunk;
-        with 64-row tiles and 4 tiles per chunk (256 rows) the state traffic is about that of the inputs,
-        while the quadratic in-chunk work stays ≤ 2.5 tiles per tile on average.
+    state_tiles: forward token tiles per state chunk. The (P×N) state is materialised once per state chunk
+        and each tile loops over the earlier tiles of its chunk ((state_tiles + 1) / 2 tiles on average): 2
+        balances the two (H200, bf16, B=8, T=4096, P=64, R=4, ``bench_mimo.py --sweep``: forward / forward +
+        backward ms with 1, 2, 4, 8 tiles: 14.6 / 71.4, 12.7 / 69.5, 13.4 / 80.1, 16.8 / 108.0).
     bp_state: P block of the chunk-state (outer product) kernel; 64 bounds its two [BP, BK] accumulators.
     warps / warps_bwd / state_warps: warps of the tile kernels / the backward tile kernels / the chunk-state
         kernel (8 for 64-row tiles: fewer registers per thread, no spills).
@@ -53,7 +54,7 @@ class MimoConfig:
     bm_bwd: int = 64
     bk: int = 64
     bk_bwd: int = 32
-    state_tiles: int = 4
+    state_tiles: int = 2
     bp_state: int = 64
     warps: int = 8
     warps_bwd: int = 8

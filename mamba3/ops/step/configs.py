@@ -9,7 +9,10 @@ registers allow: every warp repeats the per-column work (θ', cos/sin, the q̃/k
 fewer warps per tile are cheaper (H200, bench_step.py, 16 × 128 tiles: SISO 1 / 2 / 4 / 8 warps 0.154 /
 0.159 / 0.161 / 0.239 ms; MIMO R = 4: 0.279 / 0.294 / 0.475 / 0.555; MIMO 8 × 128 @ 1 warp 0.272-0.276;
 after the state's row stride became a constexpr (kernel.py): SISO 16 × 128 @ 1 warp 0.1545, 8 × 128 @ 1 or 2
-warps 0.1521; MIMO 8 × 128 @ 1 warp 0.2535, 16 × 128 @ 1 warp 0.262).
+warps 0.1521; MIMO 8 × 128 @ 1 warp 0.2535, 16 × 128 @ 1 warp 0.262; eighth session, after MIMO's pair
+blocks were rotated in registers: MIMO 8 × 128 @ 1 / 2 / 4 warps 0.2336 / 0.372 / 0.511, 16 × 128 @ 1 warp
+0.2391, 32 × 128 @ 1 warp 0.2340; SISO 8 × 128 @ 1 warp 0.1524, 16 × 128 0.1551, 8 × 64 0.1540, 16 × 64
+0.1664, 8 × 32 0.1923).
 Nothing is staged through shared memory on purpose (only the small reductions of y = h'q̃ and the RMSNorm use it), so the kernels fit every
 architecture's budget with room to spare, and num_stages stays 1 (the N loop has at most a few iterations and
 prefetches its next tile by hand).
@@ -64,10 +67,9 @@ def choose_config(spec, problem: StepProblem) -> StepConfig:
         # since each warp repeats the R gathers and rotations (H200, R = 4: 8 × 128 @ 1 warp 0.254 ms
         # against 16 × 128 @ 2 warps 0.299)
         block_p, block_n, per_thread = min(full_p, 8), min(full_n, 128), 32
-    else:                               # 16 rows × 128 columns (512-byte rows): 4 programs per head at P = 64
-        block_p, block_n = min(full_p, 16), min(full_n, 128)
-        # one N tile: 64 values per thread (1 warp for 16 × 128); a prefetched second tile (N = 256): 32
-        per_thread = 64 if block_n == full_n else 32
+    else:                               # 8 rows × 128 columns (512-byte rows) in one warp: 8 programs per head at P = 64
+        # (H200, bench_step.py, two sessions: 0.1521 / 0.1524 ms against 0.1545 / 0.1551 for 16 × 128 @ 1 warp)
+        block_p, block_n, per_thread = min(full_p, 8), min(full_n, 128), 32
     num_warps = max(1, min(8, block_p * block_n // (32 * per_thread)))
     rows_warps = max(1, min(4, problem.rank * full_n // 256))
     return StepConfig(block_p=block_p, block_n=block_n, num_warps=num_warps, rows_warps=rows_warps)

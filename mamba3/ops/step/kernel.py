@@ -20,11 +20,13 @@ One launch, with the last P-tile program of each (row, head) to finish (an acqui
 Rotation: dimension n of x is rotated with its partner dimension p(n) by θ_j(n):
   adjacent pairs (SISO): j = n // 2, p(n) = n xor 1, x'[n] = x[n]·cos θ_j ∓ x[p(n)]·sin θ_j (− for even n);
   half split (MIMO):     j = n mod N/2, p(n) = n ± N/2, − for n < N/2;
-dimensions with j ≥ A pass through. The state kernel rotates SISO's adjacent pairs in registers (a tile of
-dimensions starting at an even one holds both halves of its pairs: one angle per pair, no partner loads); the
-half-split partners, and the rows kernel's, are loaded by a gather from global memory (q, k and the biases are
-read-only), so any N (even) and any tile split work. Both kernels compute θ' with the same helper from the old
-angle state, so the angles used for q̃/k̃ and the stored θ' agree bit for bit.
+dimensions with j ≥ A pass through. The state kernel rotates every pair in registers, one angle per pair and no
+partner loads: SISO's tiles are runs of dimensions starting at an even one (both members of each adjacent pair);
+MIMO's tiles are pair blocks, BLOCK_N/2 columns [j0, j0 + BLOCK_N/2) of the first half with the same columns of
+the second half, held as two half tiles (where loading each dimension's partner by a gather read q, k and their
+biases twice and computed every angle twice). The rows kernel, which runs once per (row, head), gathers the
+partners. Both kernels compute θ' with the same helper from the old angle state, so the angles used for q̃/k̃
+and the stored θ' agree bit for bit.
 
 The state's row stride is a compile-time constant (N for every cache this package allocates): the 16 rows of a
 tile are then one base address plus immediate offsets, where a runtime stride kept a 64-bit address per row live
@@ -111,6 +113,24 @@ def _rotated_pairs(x_ptr, b_ptr, nn, nmask, c, s, BLOCK_N: tl.constexpr):
 
 
 @triton.jit
+def _half_rotation(sa_row, ang_row, jj, jmask, dt, A):
+    """(cos θ', sin θ') of the half-split pairs jj (pairs j ≥ A: the identity)."""
+    rot = (jj < A) & jmask
+    si, co = sincos(_new_angle(sa_row, ang_row, jj, rot, dt))
+    return tl.where(rot, co, 1.0), tl.where(rot, si, 0.0)
+
+
+@triton.jit
+def _rotated_halves(x_ptr, b_ptr, jj, jmask, c, s, N2):
+    """R(θ)(x + b) on the half-split pairs jj: (first-half columns jj, second-half columns N2 + jj)."""
+    x1 = (tl.load(x_ptr + jj, mask=jmask, other=0.0).to(tl.float32)
+          + tl.load(b_ptr + jj, mask=jmask, other=0.0).to(tl.float32))
+    x2 = (tl.load(x_ptr + N2 + jj, mask=jmask, other=0.0).to(tl.float32)
+          + tl.load(b_ptr + N2 + jj, mask=jmask, other=0.0).to(tl.float32))
+    return x1 * c - x2 * s, x1 * s + x2 * c
+
+
+@triton.jit
 def _write_small_states(k_row, stride_kr, kb_h, v_row, dt, sa_row, ang_row, sk_row, stride_skr, sv_row, P, A,
                         N: tl.constexpr, R: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_P: tl.constexpr,
                         BLOCK_N: tl.constexpr, BLOCK_A: tl.constexpr, ADJACENT: tl.constexpr):
@@ -158,6 +178,8 @@ def mamba3_step_kernel(
     HAS_Z: tl.constexpr, HAS_PSI: tl.constexpr, HAS_ZETA: tl.constexpr, HAS_PHI: tl.constexpr,
     PER_RANK: tl.constexpr, RMS_NORM: tl.constexpr, HAS_NW: tl.constexpr,
 ):
+    HALF: tl.constexpr = BLOCK_N // 2   # half-split tiles: BLOCK_N columns = HALF pairs
+    N2: tl.constexpr = N // 2
     b = tl.program_id(0)
     h = tl.program_id(1)
     srow = _state_row(sbi_ptr, b, HAS_SBI)
@@ -178,10 +200,17 @@ def mamba3_step_kernel(
         k_row = k_ptr + b * stride_kb + g * stride_kg
         # The loads nothing else waits for are issued before any arithmetic, the state tile first (warps issue
         # in order: an early use of a loaded value would hold back every load behind it).
-        nn = tl.arange(0, BLOCK_N)
-        hmask = pmask[:, None] & (nn < N)[None, :]
-        state = tl.load(ss_row + pp[:, None] * stride_ssp + nn[None, :], mask=hmask, other=0.0,
-                        eviction_policy="evict_first")
+        if ADJACENT:
+            nn = tl.arange(0, BLOCK_N)
+            hmask = pmask[:, None] & (nn < N)[None, :]
+            state = tl.load(ss_row + pp[:, None] * stride_ssp + nn[None, :], mask=hmask, other=0.0,
+                            eviction_policy="evict_first")
+        else:  # the first pair block: columns [0, HALF) of both halves
+            jj = tl.arange(0, HALF)
+            hmask = pmask[:, None] & (jj < N2)[None, :]
+            lo_ptr = ss_row + pp[:, None] * stride_ssp + jj[None, :]
+            state_lo = tl.load(lo_ptr, mask=hmask, other=0.0, eviction_policy="evict_first")
+            state_hi = tl.load(lo_ptr + N2, mask=hmask, other=0.0, eviction_policy="evict_first")
         a = tl.load(adt_ptr + b * H + h)
         dt = tl.load(dt_ptr + b * H + h)
         trap = tl.load(trap_ptr + b * H + h)
@@ -199,40 +228,61 @@ def mamba3_step_kernel(
         u_old = ((1.0 - lam) * dt * alpha) * vprev  # β v_prev
 
         y = tl.zeros((BLOCK_P, BLOCK_R), dtype=tl.float32)
-        for n0 in range(0, N, BLOCK_N):
-            nn = n0 + tl.arange(0, BLOCK_N)
-            nmask = nn < N
-            hptr = ss_row + pp[:, None] * stride_ssp + nn[None, :]
-            if N > BLOCK_N:  # prefetch the next tile (masked off after the last one) while this one is updated
-                next_mask = pmask[:, None] & (nn + BLOCK_N < N)[None, :]
-                state_next = tl.load(hptr + BLOCK_N, mask=next_mask, other=0.0, eviction_policy="evict_first")
-            if ADJACENT:
+        if ADJACENT:
+            for n0 in range(0, N, BLOCK_N):
+                nn = n0 + tl.arange(0, BLOCK_N)
+                nmask = nn < N
+                hptr = ss_row + pp[:, None] * stride_ssp + nn[None, :]
+                if N > BLOCK_N:  # prefetch the next tile (masked off after the last one) while this one is updated
+                    next_mask = pmask[:, None] & (nn + BLOCK_N < N)[None, :]
+                    state_next = tl.load(hptr + BLOCK_N, mask=next_mask, other=0.0, eviction_policy="evict_first")
                 c, s = _pair_rotation(sa_row, ang_row, n0, dt, A, BLOCK_N)
-            else:
-                pn, c, s = _rotation(sa_row, ang_row, nn, dt, N, A, ADJACENT)
-            state = alpha * state.to(tl.float32)
-            for r in tl.static_range(R):
-                if ADJACENT:
+                state = alpha * state.to(tl.float32)
+                for r in tl.static_range(R):
                     k_rot = _rotated_pairs(k_row + r * stride_kr, kb_ptr + (h * R + r) * N, nn, nmask, c, s, BLOCK_N)
-                else:
-                    k_rot = _rotated(k_row + r * stride_kr, kb_ptr + (h * R + r) * N, nn, pn, nmask, c, s)
-                k_old = tl.load(sk_row + r * stride_skr + nn, mask=nmask, other=0.0).to(tl.float32)
-                if HAS_PSI:
-                    psi = tl.load(mv_ptr + (h * R + r) * P + pp, mask=pmask, other=0.0).to(tl.float32)
-                    state += (u_new * psi)[:, None] * k_rot[None, :] + (u_old * psi)[:, None] * k_old[None, :]
-                else:
+                    k_old = tl.load(sk_row + r * stride_skr + nn, mask=nmask, other=0.0).to(tl.float32)
                     state += u_new[:, None] * k_rot[None, :] + u_old[:, None] * k_old[None, :]
-            # y before the store: the q loads can then be hoisted (no load moves above a possibly aliasing store)
-            for r in tl.static_range(R):
-                if ADJACENT:
+                # y before the store: the q loads can then be hoisted (no load moves above a possibly aliasing store)
+                for r in tl.static_range(R):
                     q_rot = _rotated_pairs(q_row + r * stride_qr, qb_ptr + (h * R + r) * N, nn, nmask, c, s,
                                            BLOCK_N)
-                else:
-                    q_rot = _rotated(q_row + r * stride_qr, qb_ptr + (h * R + r) * N, nn, pn, nmask, c, s)
-                y += tl.where(rr[None, :] == r, tl.sum(state * q_rot[None, :], axis=1)[:, None], 0.0)
-            tl.store(hptr, state.to(ss_ptr.dtype.element_ty), mask=hmask, eviction_policy="evict_first")
-            if N > BLOCK_N:
-                state, hmask = state_next, next_mask
+                    y += tl.where(rr[None, :] == r, tl.sum(state * q_rot[None, :], axis=1)[:, None], 0.0)
+                tl.store(hptr, state.to(ss_ptr.dtype.element_ty), mask=hmask, eviction_policy="evict_first")
+                if N > BLOCK_N:
+                    state, hmask = state_next, next_mask
+        else:  # half split: pair blocks [j0, j0 + HALF) of both halves, so a pair's two columns share a thread
+            for j0 in range(0, N2, HALF):
+                jj = j0 + tl.arange(0, HALF)
+                jmask = jj < N2
+                lo_ptr = ss_row + pp[:, None] * stride_ssp + jj[None, :]
+                if N2 > HALF:  # prefetch the next pair block
+                    next_mask = pmask[:, None] & (jj + HALF < N2)[None, :]
+                    next_lo = tl.load(lo_ptr + HALF, mask=next_mask, other=0.0, eviction_policy="evict_first")
+                    next_hi = tl.load(lo_ptr + HALF + N2, mask=next_mask, other=0.0, eviction_policy="evict_first")
+                c, s = _half_rotation(sa_row, ang_row, jj, jmask, dt, A)
+                state_lo = alpha * state_lo.to(tl.float32)
+                state_hi = alpha * state_hi.to(tl.float32)
+                for r in tl.static_range(R):
+                    k1, k2 = _rotated_halves(k_row + r * stride_kr, kb_ptr + (h * R + r) * N, jj, jmask, c, s, N2)
+                    ko_row = sk_row + r * stride_skr
+                    ko1 = tl.load(ko_row + jj, mask=jmask, other=0.0).to(tl.float32)
+                    ko2 = tl.load(ko_row + N2 + jj, mask=jmask, other=0.0).to(tl.float32)
+                    if HAS_PSI:
+                        psi = tl.load(mv_ptr + (h * R + r) * P + pp, mask=pmask, other=0.0).to(tl.float32)
+                        un, uo = u_new * psi, u_old * psi
+                    else:
+                        un, uo = u_new, u_old
+                    state_lo += un[:, None] * k1[None, :] + uo[:, None] * ko1[None, :]
+                    state_hi += un[:, None] * k2[None, :] + uo[:, None] * ko2[None, :]
+                for r in tl.static_range(R):
+                    q1, q2 = _rotated_halves(q_row + r * stride_qr, qb_ptr + (h * R + r) * N, jj, jmask, c, s, N2)
+                    yr = tl.sum(state_lo * q1[None, :] + state_hi * q2[None, :], axis=1)
+                    y += tl.where(rr[None, :] == r, yr[:, None], 0.0)
+                tl.store(lo_ptr, state_lo.to(ss_ptr.dtype.element_ty), mask=hmask, eviction_policy="evict_first")
+                tl.store(lo_ptr + N2, state_hi.to(ss_ptr.dtype.element_ty), mask=hmask,
+                         eviction_policy="evict_first")
+                if N2 > HALF:
+                    state_lo, state_hi, hmask = next_lo, next_hi, next_mask
 
         # output stage on complete rows: y is (P, R)
         if HAS_D:
