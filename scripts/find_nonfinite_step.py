@@ -69,7 +69,8 @@ def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="find_nonfinite_step.py", description=__doc__.split("\n\n")[0])
     p.add_argument("task", choices=data.TASKS)
     T.add_train_args(p)
-    p.add_argument("--max-steps", type=int, default=None, help="replay at most this many steps (default --steps)")
+    p.add_argument("--max-steps", type=int, default=None,
+                   help="replay at most this many steps (default and at most --steps)")
     p.add_argument("--dump", default=None, help="where to save the state before the first non-finite step")
     p.add_argument("--force-at", type=int, default=None, help="compare at this step even if all is finite")
     args = p.parse_args(argv)
@@ -85,7 +86,8 @@ def main(argv: list[str]) -> int:
     batches = iter(T.CurriculumBatches(args, start, end, packed=False))
     packed = T.use_packing(args, device)
     t0 = time.time()
-    for step in range(args.max_steps or args.steps):
+    n_steps = args.steps if args.max_steps is None else max(0, min(args.max_steps, args.steps))
+    for step in range(n_steps):
         batch, max_len = next(batches)
         for g in opt.param_groups:
             g["lr"] = T.lr_at(step, args.steps, args.lr, warmup)
@@ -117,7 +119,7 @@ def main(argv: list[str]) -> int:
         if step % 500 == 0:
             print(f"step {step} lengths ≤ {max_len}: loss {loss.item():.3g}, gradient norm {gnorm.item():.3g}, "
                   f"{time.time() - t0:.0f} s", flush=True)
-    print(f"no non-finite value in {step + 1} steps", flush=True)
+    print(f"no non-finite value in {n_steps} steps", flush=True)
     return 0
 
 

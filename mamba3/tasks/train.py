@@ -299,8 +299,9 @@ def train_run(args) -> dict | None:
             if not math.isfinite(rec["train_loss"]):
                 # NaN/inf weights never recover: stop instead of training on, and report from the best checkpoint
                 diverged_at = done
-                print(f"{out}: training loss not finite at step {done}; the run stops (results from its best "
-                      f"checkpoint, step {best['step']})", file=sys.stderr, flush=True)
+                src = f"its best checkpoint, step {best['step']}" if best["step"] else "no finite validation"
+                print(f"{out}: training loss not finite at step {done}; the run stops ({src})", file=sys.stderr,
+                      flush=True)
                 break
             if done < args.steps:
                 save_resume(done)
@@ -316,7 +317,7 @@ def train_run(args) -> dict | None:
     train_time = trained_s + time.time() - t0
     save(ckpt_last, done)
     ckpt_resume.unlink(missing_ok=True)
-    if ckpt_best.exists():
+    if best["step"] and ckpt_best.exists():  # (a checkpoint_best.pt of an earlier run in --out is not this run's)
         model.load_state_dict(torch.load(ckpt_best, map_location=device, weights_only=True)["model"])
     test = accuracy_at_lengths(model, task, args.test_lens + [args.eval_len], args.n_test, args.mult, device,
                                args.eval_batch)
@@ -326,7 +327,7 @@ def train_run(args) -> dict | None:
         "batch": args.batch, "params": nparams,
         "eval_len": args.eval_len, "chance": data.chance(task),
         "best_step": best["step"], "best_val_acc": best["val_acc"],
-        "best_val_scaled": data.scaled_accuracy(best["val_acc"], task),
+        "best_val_scaled": data.scaled_accuracy(best["val_acc"], task) if best["step"] else None,
         "test_scaled_at_eval_len": test[str(args.eval_len)]["scaled"],
         "test": test, "history": history, "train_time_s": train_time,
         "wall_time_s": trained_s + time.time() - t0,
@@ -492,13 +493,17 @@ def run_demo(argv: list[str]) -> int:
     return 0
 
 
+def _pct(x) -> str:
+    return "–" if x is None else f"{100 * x:.2f}"
+
+
 def format_table(rows: list[dict], lengths=None) -> str:
     lengths = lengths or [str(rows[0]["eval_len"])]
     head = "| model | d_model | lr | best val scaled @%d | " % rows[0]["eval_len"] + " | ".join(
         f"test scaled @{L}" for L in lengths) + " | train time |"
     lines = [head, "|" + "---|" * (5 + len(lengths))]
     for r in rows:
-        lines.append(f"| {r['model']} | {r['d_model']} | {r['lr']:.2e} | {100 * r['best_val_scaled']:.2f} | "
+        lines.append(f"| {r['model']} | {r['d_model']} | {r['lr']:.2e} | {_pct(r['best_val_scaled'])} | "
                      + " | ".join(f"{100 * r['test'][L]['scaled']:.2f}" if L in r["test"] else "–"
                                   for L in lengths) + f" | {r['train_time_s']:.0f} s |")
     return "\n".join(lines)
@@ -622,7 +627,7 @@ def summarize(root: Path) -> str:
     for (task, model), r in sorted(best.items()):
         n = sum(1 for x in runs if (x["task"], x["model"]) == (task, model))
         paper = PAPER_TABLE_5B.get((task, model))
-        lines.append(f"| {task} | {model} | {n} | {r['eval_len']} | {100 * r['best_val_scaled']:.2f} | "
+        lines.append(f"| {task} | {model} | {n} | {r['eval_len']} | {_pct(r['best_val_scaled'])} | "
                      f"{100 * r['test_scaled_at_eval_len']:.2f} | {'–' if paper is None else f'{paper:.2f}'} | "
                      f"{r['d_model']} | {r['lr']:.2e} | {r['layers']} | {r['steps']}"
                      + (f" (diverged at {r['diverged_at_step']})" if r.get("diverged_at_step") else "") + " |")

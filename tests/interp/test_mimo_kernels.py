@@ -32,7 +32,7 @@ def test_all_features(dtype, seqlen):
 
 
 def test_state_passing_across_chunks():
-    """T=40 with 8-token tiles and 4 tiles per state chunk: two state chunks (the state-passing kernels run)."""
+    """T=40 with 8-token tiles in state chunks of several tiles (the state-passing kernels run)."""
     _check(torch.float32, bsz=1, seqlen=40, states=True, **SMALL)
 
 

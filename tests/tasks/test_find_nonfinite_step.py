@@ -31,3 +31,29 @@ def test_forced_comparison_dumps_the_state_and_matches_float64(tmp_path, capsys)
     # fp32 on the CPU (reference backend) against float64: every gradient within the fp32 bar
     for name, packed, padded in rows:
         assert max(float(packed), float(padded)) < 1e-4, (name, packed, padded)
+
+
+TINY = ["parity", "--d-model", "16", "--d-state", "16", "--headdim", "8", "--steps", "40", "--batch", "8",
+        "--max-len", "3:8", "--device", "cpu"]
+
+
+def test_finds_the_first_nonfinite_step(tmp_path, capsys, poison_gradients_from):
+    """NaN gradients from the 4th step on (0-based step 3): the replay stops there, names the gradients, dumps the
+    state before that step (finite) and still compares that step against float64."""
+    poison_gradients_from(4)
+    dump = tmp_path / "hunt.pt"
+    assert load_tool().main(TINY + ["--dump", str(dump)]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"^step 3 \(lengths ≤ \d+\): loss [0-9.e+-]+, gradient norm nan; non-finite gradients: \[",
+                     out, re.M), out
+    saved = torch.load(dump, weights_only=False)
+    assert saved["step"] == 3 and all(torch.isfinite(v).all() for v in saved["model"].values())
+    assert "cpu float64 reference (padded)" in out
+
+
+def test_clean_replay_and_step_limits(capsys):
+    tool = load_tool()
+    assert tool.main(TINY + ["--max-steps", "3"]) == 0
+    assert tool.main(TINY + ["--max-steps", "0"]) == 0
+    assert capsys.readouterr().out.splitlines()[-2:] == ["no non-finite value in 3 steps",
+                                                          "no non-finite value in 0 steps"]

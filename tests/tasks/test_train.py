@@ -120,25 +120,18 @@ def test_usage_errors():
     assert train.main(["nonsense"]) == 2
 
 
-def test_diverged_run_stops_and_reports_its_best_checkpoint(tmp_path, capsys, monkeypatch):
+DIVERGE_ARGS = ["parity", "--d-model", "16", "--d-state", "16", "--headdim", "8", "--steps", "40", "--batch", "8",
+                "--max-len", "3:8", "--eval-len", "8", "--eval-every", "2", "--n-val", "16", "--n-test", "16",
+                "--test-lens", "4", "--device", "cpu", "--quiet"]
+
+
+def test_diverged_run_stops_and_reports_its_best_checkpoint(tmp_path, capsys, poison_gradients_from):
     """A run whose training loss becomes NaN (here: NaN gradients injected from the 5th step on) stops at the next
     validation instead of training on, and is reported from its best (finite) checkpoint, with the step it
     diverged at."""
-    clip, calls = torch.nn.utils.clip_grad_norm_, []
-
-    def clip_then_poison(params, max_norm):
-        params = list(params)
-        calls.append(1)
-        if len(calls) >= 5:
-            for p in params:
-                p.grad.fill_(float("nan"))
-        return clip(params, max_norm)
-
-    monkeypatch.setattr(torch.nn.utils, "clip_grad_norm_", clip_then_poison)
+    calls = poison_gradients_from(5)
     out = tmp_path / "run"
-    rc = train.main(["parity", "--d-model", "16", "--d-state", "16", "--headdim", "8", "--steps", "40",
-                     "--batch", "8", "--max-len", "3:8", "--eval-len", "8", "--eval-every", "2", "--n-val", "16",
-                     "--n-test", "16", "--test-lens", "4", "--device", "cpu", "--out", str(out), "--quiet"])
+    rc = train.main(DIVERGE_ARGS + ["--out", str(out)])
     assert rc == 0
     res = json.loads((out / "results.json").read_text())
     hist = res["history"]
@@ -149,3 +142,17 @@ def test_diverged_run_stops_and_reports_its_best_checkpoint(tmp_path, capsys, mo
     assert all(torch.isfinite(p).all() for p in train.load_checkpoint(out / "checkpoint_best.pt").parameters())
     assert "not finite at step 6" in capsys.readouterr().err
     assert "40 (diverged at 6)" in train.summarize(tmp_path)
+
+
+def test_run_diverged_before_any_finite_validation(tmp_path, capsys, poison_gradients_from):
+    """No finite validation: no best checkpoint (a stale one from an earlier run in --out is not used), no best
+    validation accuracy in results.json and the summary ('–')."""
+    poison_gradients_from(1)
+    out = tmp_path / "run"
+    out.mkdir()
+    torch.save({"model": {}}, out / "checkpoint_best.pt")  # an earlier run's file: must be ignored
+    assert train.main(DIVERGE_ARGS + ["--out", str(out)]) == 0
+    res = json.loads((out / "results.json").read_text())
+    assert res["diverged_at_step"] == 2 and res["best_step"] == 0 and res["best_val_scaled"] is None
+    assert "no finite validation" in capsys.readouterr().err
+    assert "| parity | mamba3 | 1 | 8 | – |" in train.summarize(tmp_path)

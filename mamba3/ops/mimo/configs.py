@@ -43,7 +43,8 @@ class MimoConfig:
     state_tiles: forward token tiles per state chunk. The (P×N) state is materialised once per state chunk
         and each tile loops over the earlier tiles of its chunk ((state_tiles + 1) / 2 tiles on average): 2
         balances the two (H200, bf16, B=8, T=4096, P=64, R=4, ``bench_mimo.py --sweep``: forward / forward +
-        backward ms with 1, 2, 4, 8 tiles: 14.6 / 71.4, 12.7 / 69.5, 13.4 / 80.1, 16.8 / 108.0).
+        backward ms with 1, 2, 4, 8 tiles: 14.6 / 71.4, 12.7 / 69.5, 13.4 / 80.1, 16.8 / 108.0; the other P
+        buckets were not measured and take the same value).
     bp_state: P block of the chunk-state (outer product) kernel; 64 bounds its two [BP, BK] accumulators.
     warps / warps_bwd / state_warps: warps of the tile kernels / the backward tile kernels / the chunk-state
         kernel (8 for 64-row tiles: fewer registers per thread, no spills).

@@ -5,7 +5,7 @@ everything else is tiny. The state kernel splits P over programs (see kernel.py 
 streams each program's BLOCK_P rows in tiles of BLOCK_P × BLOCK_N. Small tiles in many programs are what hides
 the memory latency: each resident program keeps its whole tile's loads in flight, and the more programs an SM
 holds, the more of them are loading while others compute. The tile is ~2K fp32 values in as few warps as
-registers allow: every warp repeats the per-column work (θ', cos/sin, the q̃/k̃ gathers) for its rows, so
+registers allow: every warp repeats the per-column work (θ', cos/sin, the q̃/k̃ loads and rotations) for its rows, so
 fewer warps per tile are cheaper (H200, bench_step.py, 16 × 128 tiles: SISO 1 / 2 / 4 / 8 warps 0.154 /
 0.159 / 0.161 / 0.239 ms; MIMO R = 4: 0.279 / 0.294 / 0.475 / 0.555; MIMO 8 × 128 @ 1 warp 0.272-0.276;
 after the state's row stride became a constexpr (kernel.py): SISO 16 × 128 @ 1 warp 0.1545, 8 × 128 @ 1 or 2
@@ -64,8 +64,8 @@ def choose_config(spec, problem: StepProblem) -> StepConfig:
         block_p, block_n, per_thread = min(full_p, 8), min(full_n, 64), 8
     elif problem.rank > 1:              # 8 rows × 128 columns in one warp: 8 programs per head at P = 64
         # MIMO's R rank vectors per column stay live beside the tile: 32 values per thread; one warp per program,
-        # since each warp repeats the R gathers and rotations (H200, R = 4: 8 × 128 @ 1 warp 0.254 ms
-        # against 16 × 128 @ 2 warps 0.299)
+        # since each warp repeats the R loads and rotations (H200, R = 4, pair blocks: 8 × 128 @ 1 warp 0.2336 ms
+        # against 0.372 @ 2 warps and 0.326 for 16 × 128 @ 2 warps)
         block_p, block_n, per_thread = min(full_p, 8), min(full_n, 128), 32
     else:                               # 8 rows × 128 columns (512-byte rows) in one warp: 8 programs per head at P = 64
         # (H200, bench_step.py, two sessions: 0.1521 / 0.1524 ms against 0.1545 / 0.1551 for 16 × 128 @ 1 warp)

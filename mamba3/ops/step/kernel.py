@@ -28,7 +28,7 @@ biases twice and computed every angle twice). The rows kernel, which runs once p
 partners. Both kernels compute θ' with the same helper from the old angle state, so the angles used for q̃/k̃
 and the stored θ' agree bit for bit.
 
-The state's row stride is a compile-time constant (N for every cache this package allocates): the 16 rows of a
+The state's row stride is a compile-time constant (N for every cache this package allocates): the rows of a
 tile are then one base address plus immediate offsets, where a runtime stride kept a 64-bit address per row live
 from the load to the store (AOT sm_90, SISO 16 × 128 tile: 168 → 128 registers; MIMO R = 4 on the H200:
 0.272 → 0.254 ms).
@@ -241,7 +241,11 @@ def mamba3_step_kernel(
                 for r in tl.static_range(R):
                     k_rot = _rotated_pairs(k_row + r * stride_kr, kb_ptr + (h * R + r) * N, nn, nmask, c, s, BLOCK_N)
                     k_old = tl.load(sk_row + r * stride_skr + nn, mask=nmask, other=0.0).to(tl.float32)
-                    state += u_new[:, None] * k_rot[None, :] + u_old[:, None] * k_old[None, :]
+                    if HAS_PSI:  # (a rank-expanded SISO call; the layer's SISO path passes no ψ)
+                        psi = tl.load(mv_ptr + (h * R + r) * P + pp, mask=pmask, other=0.0).to(tl.float32)
+                        state += (u_new * psi)[:, None] * k_rot[None, :] + (u_old * psi)[:, None] * k_old[None, :]
+                    else:
+                        state += u_new[:, None] * k_rot[None, :] + u_old[:, None] * k_old[None, :]
                 # y before the store: the q loads can then be hoisted (no load moves above a possibly aliasing store)
                 for r in tl.static_range(R):
                     q_rot = _rotated_pairs(q_row + r * stride_qr, qb_ptr + (h * R + r) * N, nn, nmask, c, s,
