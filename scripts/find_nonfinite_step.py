@@ -23,7 +23,6 @@ import torch.nn.functional as F
 
 from mamba3.tasks import data
 from mamba3.tasks import train as T
-from mamba3.tasks.models import param_groups
 
 
 def _grads(model) -> dict:
@@ -44,19 +43,15 @@ def compare_step(args, task, state, batch, device) -> None:
     for name, packed in (("packed", True), ("padded", False)):
         m = T.build_model(args, task).to(device)
         m.load_state_dict(state)
-        if packed:
-            b = data.pack(batch).to(device)
-            logits = m(b.tokens, b.query, b.cu_seqlens).float()
-        else:
-            b = batch.to(device)
-            logits = m(b.tokens, b.query).float()
+        b = (data.pack(batch) if packed else batch).to(device)
+        logits = T.batch_logits(m, b)
         loss = F.cross_entropy(logits, b.target)
         loss.backward()
         print(f"{device} {name}: loss {loss.item():.6g}, max |logit| {logits.abs().max().item():.4g}", flush=True)
         grads[name] = _grads(m)
     ref = T.build_model(args, task).double()
     ref.load_state_dict({k: v.cpu().double() if v.is_floating_point() else v.cpu() for k, v in state.items()})
-    loss = F.cross_entropy(ref(batch.tokens, batch.query), batch.target)
+    loss = F.cross_entropy(ref(batch.tokens, batch.query), batch.target)  # float64 logits
     loss.backward()
     print(f"cpu float64 reference (padded): loss {loss.item():.10g}", flush=True)
     for n, g in _grads(ref).items():
@@ -79,10 +74,9 @@ def main(argv: list[str]) -> int:
     device = T.resolve_device(args.device)
     torch.manual_seed(args.seed)
     model = T.build_model(args, task).to(device)
-    opt = torch.optim.AdamW(param_groups(model, args.weight_decay), lr=args.lr, betas=(0.9, 0.95), eps=1e-8,
-                            fused=device.type == "cuda")
+    opt = T.make_optimizer(model, args, device)
     start, end = T.parse_range(args.max_len)
-    warmup = args.warmup if args.warmup is not None else max(1, min(500, args.steps // 20))
+    warmup = T.warmup_steps(args)
     batches = iter(T.CurriculumBatches(args, start, end, packed=False))
     packed = T.use_packing(args, device)
     t0 = time.time()
@@ -93,7 +87,7 @@ def main(argv: list[str]) -> int:
             g["lr"] = T.lr_at(step, args.steps, args.lr, warmup)
         before = (copy.deepcopy(model.state_dict()), copy.deepcopy(opt.state_dict()))
         b = (data.pack(batch) if packed else batch).to(device)
-        logits = model(b.tokens, b.query, b.cu_seqlens).float() if packed else model(b.tokens, b.query).float()
+        logits = T.batch_logits(model, b)
         loss = F.cross_entropy(logits, b.target)
         opt.zero_grad(set_to_none=True)
         loss.backward()

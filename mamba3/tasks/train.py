@@ -187,6 +187,24 @@ def _batches(args, start: int, end: int, packed: bool, first_step: int):
                                             persistent_workers=False))
 
 
+def make_optimizer(model, args, device: torch.device) -> torch.optim.Optimizer:
+    """AdamW as the protocol says; fused (one kernel per step) on CUDA: these models are small enough for launch
+    overhead to dominate."""
+    return torch.optim.AdamW(param_groups(model, args.weight_decay), lr=args.lr, betas=(0.9, 0.95), eps=1e-8,
+                             fused=device.type == "cuda")
+
+
+def warmup_steps(args) -> int:
+    return args.warmup if args.warmup is not None else max(1, min(500, args.steps // 20))
+
+
+def batch_logits(model, batch) -> torch.Tensor:
+    """fp32 logits at the query positions of a padded Batch or a PackedBatch (on the model's device)."""
+    if isinstance(batch, data.PackedBatch):
+        return model(batch.tokens, batch.query, batch.cu_seqlens).float()
+    return model(batch.tokens, batch.query).float()
+
+
 def build_model(args, task: str) -> TaskModel:
     return TaskModel(data.VOCAB_SIZE, data.NUM_CLASSES[task], variant=args.model, d_model=args.d_model,
                      n_layers=args.layers, d_state=args.d_state, expand=args.expand, headdim=args.headdim,
@@ -223,11 +241,9 @@ def train_run(args) -> dict | None:
     torch.manual_seed(args.seed)
     model = build_model(args, task).to(device)
     nparams = sum(p.numel() for p in model.parameters())
-    # fused (one kernel per step) on CUDA: these models are small enough for launch overhead to dominate
-    opt = torch.optim.AdamW(param_groups(model, args.weight_decay), lr=args.lr, betas=(0.9, 0.95),
-                            eps=1e-8, fused=device.type == "cuda")
+    opt = make_optimizer(model, args, device)
     start, end = parse_range(args.max_len)
-    warmup = args.warmup if args.warmup is not None else max(1, min(500, args.steps // 20))
+    warmup = warmup_steps(args)
     eval_every = args.eval_every or max(1, args.steps // 20)
     val = data.fixed_set(task, args.n_val, args.eval_len, VAL_SEED, args.mult)
     history, best = [], {"val_acc": -1.0, "val_loss": float("inf"), "step": 0}
@@ -271,10 +287,7 @@ def train_run(args) -> dict | None:
         batch = batch.to(device)
         for group in opt.param_groups:
             group["lr"] = lr_at(step, args.steps, args.lr, warmup)
-        if packed:
-            logits = model(batch.tokens, batch.query, batch.cu_seqlens).float()
-        else:
-            logits = model(batch.tokens, batch.query).float()
+        logits = batch_logits(model, batch)
         loss = F.cross_entropy(logits, batch.target)
         opt.zero_grad(set_to_none=True)
         loss.backward()

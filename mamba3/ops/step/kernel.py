@@ -93,10 +93,9 @@ def _rotated(x_ptr, b_ptr, nn, pn, nmask, c, s):
 
 
 @triton.jit
-def _pair_rotation(sa_row, ang_row, n0, dt, A, BLOCK_N: tl.constexpr):
-    """(cos θ', sin θ') of the BLOCK_N/2 adjacent pairs from dimension n0 on (pairs j ≥ A: the identity): one
-    angle per pair, where the per-dimension form computes it for both dimensions of the pair."""
-    jj = n0 // 2 + tl.arange(0, BLOCK_N // 2)
+def _pair_rotation(sa_row, ang_row, jj, dt, A):
+    """(cos θ', sin θ') of the pairs jj (pairs j ≥ A: the identity), adjacent or half-split alike: one angle per
+    pair, where the per-dimension form computes it for both dimensions of the pair."""
     rot = jj < A
     si, co = sincos(_new_angle(sa_row, ang_row, jj, rot, dt))
     return tl.where(rot, co, 1.0), tl.where(rot, si, 0.0)
@@ -113,14 +112,6 @@ def _rotated_pairs(x_ptr, b_ptr, nn, nmask, c, s, BLOCK_N: tl.constexpr):
 
 
 @triton.jit
-def _half_rotation(sa_row, ang_row, jj, jmask, dt, A):
-    """(cos θ', sin θ') of the half-split pairs jj (pairs j ≥ A: the identity)."""
-    rot = (jj < A) & jmask
-    si, co = sincos(_new_angle(sa_row, ang_row, jj, rot, dt))
-    return tl.where(rot, co, 1.0), tl.where(rot, si, 0.0)
-
-
-@triton.jit
 def _rotated_halves(x_ptr, b_ptr, jj, jmask, c, s, N2):
     """R(θ)(x + b) on the half-split pairs jj: (first-half columns jj, second-half columns N2 + jj)."""
     x1 = (tl.load(x_ptr + jj, mask=jmask, other=0.0).to(tl.float32)
@@ -128,6 +119,16 @@ def _rotated_halves(x_ptr, b_ptr, jj, jmask, c, s, N2):
     x2 = (tl.load(x_ptr + N2 + jj, mask=jmask, other=0.0).to(tl.float32)
           + tl.load(b_ptr + N2 + jj, mask=jmask, other=0.0).to(tl.float32))
     return x1 * c - x2 * s, x1 * s + x2 * c
+
+
+@triton.jit
+def _rank_inputs(u_new, u_old, psi_row, pp, pmask, HAS_PSI: tl.constexpr):
+    """The rows' γv and βv_prev scaled by the rank's ψ (MIMO_V) when there is one."""
+    if HAS_PSI:
+        psi = tl.load(psi_row + pp, mask=pmask, other=0.0).to(tl.float32)
+        return u_new * psi, u_old * psi
+    else:
+        return u_new, u_old
 
 
 @triton.jit
@@ -236,16 +237,13 @@ def mamba3_step_kernel(
                 if N > BLOCK_N:  # prefetch the next tile (masked off after the last one) while this one is updated
                     next_mask = pmask[:, None] & (nn + BLOCK_N < N)[None, :]
                     state_next = tl.load(hptr + BLOCK_N, mask=next_mask, other=0.0, eviction_policy="evict_first")
-                c, s = _pair_rotation(sa_row, ang_row, n0, dt, A, BLOCK_N)
+                c, s = _pair_rotation(sa_row, ang_row, n0 // 2 + tl.arange(0, BLOCK_N // 2), dt, A)
                 state = alpha * state.to(tl.float32)
                 for r in tl.static_range(R):
                     k_rot = _rotated_pairs(k_row + r * stride_kr, kb_ptr + (h * R + r) * N, nn, nmask, c, s, BLOCK_N)
                     k_old = tl.load(sk_row + r * stride_skr + nn, mask=nmask, other=0.0).to(tl.float32)
-                    if HAS_PSI:  # (a rank-expanded SISO call; the layer's SISO path passes no ψ)
-                        psi = tl.load(mv_ptr + (h * R + r) * P + pp, mask=pmask, other=0.0).to(tl.float32)
-                        state += (u_new * psi)[:, None] * k_rot[None, :] + (u_old * psi)[:, None] * k_old[None, :]
-                    else:
-                        state += u_new[:, None] * k_rot[None, :] + u_old[:, None] * k_old[None, :]
+                    un, uo = _rank_inputs(u_new, u_old, mv_ptr + (h * R + r) * P, pp, pmask, HAS_PSI)
+                    state += un[:, None] * k_rot[None, :] + uo[:, None] * k_old[None, :]
                 # y before the store: the q loads can then be hoisted (no load moves above a possibly aliasing store)
                 for r in tl.static_range(R):
                     q_rot = _rotated_pairs(q_row + r * stride_qr, qb_ptr + (h * R + r) * N, nn, nmask, c, s,
@@ -263,7 +261,7 @@ def mamba3_step_kernel(
                     next_mask = pmask[:, None] & (jj + HALF < N2)[None, :]
                     next_lo = tl.load(lo_ptr + HALF, mask=next_mask, other=0.0, eviction_policy="evict_first")
                     next_hi = tl.load(lo_ptr + HALF + N2, mask=next_mask, other=0.0, eviction_policy="evict_first")
-                c, s = _half_rotation(sa_row, ang_row, jj, jmask, dt, A)
+                c, s = _pair_rotation(sa_row, ang_row, jj, dt, A)  # A ≤ N/2: masked pairs are not rotated
                 state_lo = alpha * state_lo.to(tl.float32)
                 state_hi = alpha * state_hi.to(tl.float32)
                 for r in tl.static_range(R):
@@ -271,11 +269,7 @@ def mamba3_step_kernel(
                     ko_row = sk_row + r * stride_skr
                     ko1 = tl.load(ko_row + jj, mask=jmask, other=0.0).to(tl.float32)
                     ko2 = tl.load(ko_row + N2 + jj, mask=jmask, other=0.0).to(tl.float32)
-                    if HAS_PSI:
-                        psi = tl.load(mv_ptr + (h * R + r) * P + pp, mask=pmask, other=0.0).to(tl.float32)
-                        un, uo = u_new * psi, u_old * psi
-                    else:
-                        un, uo = u_new, u_old
+                    un, uo = _rank_inputs(u_new, u_old, mv_ptr + (h * R + r) * P, pp, pmask, HAS_PSI)
                     state_lo += un[:, None] * k1[None, :] + uo[:, None] * ko1[None, :]
                     state_hi += un[:, None] * k2[None, :] + uo[:, None] * ko2[None, :]
                 for r in tl.static_range(R):
