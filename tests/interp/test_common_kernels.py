@@ -60,7 +60,7 @@ def test_state_passing(cu, reverse):
     init = torch.randn(ch.nseq, H, PN, generator=g)
     final = torch.empty_like(init)
     X0 = X.clone()
-    state_passing(X, gs, ch, init=init, final=final, reverse=reverse, block=16)
+    state_passing(X, gs, ch.seq_table, ch.max_chunks, init=init, final=final, reverse=reverse, block=16)
     for s in range(ch.nseq):
         first, n = ch.seq_table[s].tolist()
         order = range(first, first + n)

@@ -2,7 +2,7 @@
 
 Contract
 --------
-``state_passing(X, gsum, chunks, init=None, final=None, reverse=False)``, in place on ``X``:
+``state_passing(X, gsum, seq_table, max_chunks, init=None, final=None, reverse=False)``, in place on ``X``:
 
 * ``X`` (nchunks, H, PN) fp32 contiguous (PN = P·N, any layout of the state as long as it is the same
   everywhere): on entry X[c] is chunk c's *local* contribution L[c]; on exit X[c] is the state carried *into*
@@ -14,17 +14,18 @@ Contract
   X[c] ← x; x ← e^{g[c]}·x + L[c]; final[s] ← x (the gradient of the sequence's input state).
   L[c] is then the chunk's local dS: Σ_i e^{cs_i}·dy_i q̃_iᵀ for SISO.
 * ``init``/``final`` (NS, H, PN) fp32 or None.
+* ``seq_table`` (NS, 2) int32 ``[first chunk, number of chunks]`` per sequence (``common.chunking``; MIMO's state
+  chunks have their own), ``max_chunks`` the most chunks of any sequence (host int).
 
 Grid (NS, H, cdiv(PN, BLOCK)): each program walks the chunks of one sequence for one slab of the state.
 """
 from __future__ import annotations
 
-import torch
 import triton
 import triton.language as tl
 
-from .chunking import Chunks
 from .launch import launch
+from .tiles import fast_exp
 
 
 @triton.jit(do_not_specialize=["max_chunks"])
@@ -65,17 +66,17 @@ def state_passing_kernel(x_ptr, g_ptr, init_ptr, final_ptr, seq_table_ptr, H, PN
         loc_next = tl.load(x_ptr + (cn * H + h) * PN + o, mask=m & has_next, other=0.0)
         g_next = tl.load(g_ptr + cn * H + h)
         tl.store(x_ptr + (c * H + h) * PN + o, x, mask=m & live)
-        x = tl.where(live, tl.exp(g) * x + loc, x)
+        x = tl.where(live, fast_exp(g) * x + loc, x)
     if HAS_FINAL:
         tl.store(final_ptr + (s * H + h) * PN + o, x, mask=m)
 
 
-def state_passing(X, gsum, chunks: Chunks, init=None, final=None, reverse=False, block=1024):
-    nchunks, H = X.shape[0], X.shape[1]
+def state_passing(X, gsum, seq_table, max_chunks: int, init=None, final=None, reverse=False, block=1024):
+    H = X.shape[1]
     PN = X[0, 0].numel()
     block = min(block, triton.next_power_of_2(PN))
-    launch(state_passing_kernel, (chunks.nseq, H, triton.cdiv(PN, block)), 
-        X, gsum, init if init is not None else X, final if final is not None else X, chunks.seq_table, H, PN,
-        chunks.max_chunks, BLOCK=block, HAS_INIT=init is not None, HAS_FINAL=final is not None, REVERSE=reverse,
+    launch(state_passing_kernel, (seq_table.shape[0], H, triton.cdiv(PN, block)),
+        X, gsum, init if init is not None else X, final if final is not None else X, seq_table, H, PN,
+        max_chunks, BLOCK=block, HAS_INIT=init is not None, HAS_FINAL=final is not None, REVERSE=reverse,
         num_warps=4)
     return X

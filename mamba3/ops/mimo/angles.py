@@ -6,7 +6,7 @@ plus the carried angle, wrapped into [0, 2π) after every block, so the magnitud
 grows with T. Backward: G_s = Σ_{t≥s} dθ_t (a reverse walk; the final angle's gradient arrives through θ of
 the last token), dφ = π·(1 − tanh²φ)·dt·G, ddt = Σ_a π·tanh(φ)·G, dθ_init = G_0. The mod is the identity for
 gradients.
-tanh is 2·σ(2x) − 1 (no libdevice: runs under the interpreter).
+tanh is 2·σ(2x) − 1 (``common.tiles.fast_sigmoid``: libdevice's fast path compiled, tl.sigmoid under the interpreter).
 
 TODO(merge): ``mamba3.ops.common.cumsum`` (SISO) carries the same sums chunk-parallel; switch to it once its
 chunk tables and ours are unified.
@@ -18,6 +18,8 @@ import math
 import torch
 import triton
 import triton.language as tl
+
+from ..common.tiles import fast_sigmoid
 
 TWO_PI = 2.0 * math.pi
 
@@ -42,7 +44,7 @@ def mimo_angle_fwd_kernel(PHI, sphi_t, sphi_h, DT, TH0, TH, SEQ_START, SEQ_END, 
         m = tm[:, None] & am[None, :]
         phi = tl.load(PHI + tt.to(tl.int64)[:, None] * sphi_t + h * sphi_h + aa[None, :], mask=m, other=0.0)
         dt = tl.load(DT + tt.to(tl.int64) * H + h, mask=tm, other=0.0)
-        inc = 3.141592653589793 * (2.0 * tl.sigmoid(2.0 * phi.to(tl.float32)) - 1.0) * dt[:, None]
+        inc = 3.141592653589793 * (2.0 * fast_sigmoid(2.0 * phi.to(tl.float32)) - 1.0) * dt[:, None]
         th = tl.cumsum(inc, axis=0) + carry[None, :]
         th = th - 6.283185307179586 * tl.floor(th * 0.15915494309189535)
         tl.store(TH + (tt.to(tl.int64)[:, None] * H + h) * A + aa[None, :], th, mask=m)
@@ -72,7 +74,7 @@ def mimo_angle_bwd_kernel(PHI, sphi_t, sphi_h, DT, DTH, DPHI, DDT, DTH0, SEQ_STA
         phi = tl.load(PHI + tt.to(tl.int64)[:, None] * sphi_t + h * sphi_h + aa[None, :], mask=m,
                       other=0.0).to(tl.float32)
         dt = tl.load(DT + tt.to(tl.int64) * H + h, mask=tm, other=0.0)
-        th = 2.0 * tl.sigmoid(2.0 * phi) - 1.0
+        th = 2.0 * fast_sigmoid(2.0 * phi) - 1.0
         tl.store(DPHI + (tt.to(tl.int64)[:, None] * H + h) * A + aa[None, :],
                  3.141592653589793 * (1.0 - th * th) * dt[:, None] * g, mask=m)
         tl.store(DDT + tt.to(tl.int64) * H + h, tl.sum(3.141592653589793 * th * g, axis=1), mask=tm)

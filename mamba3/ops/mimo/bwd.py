@@ -24,15 +24,20 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from ..common.tiles import fast_exp
 from .tiles import (load_rank_p, load_rows_p, load_state_pair, pair_weights, rot_pair, rows_of, token_strides,
                     token_tile, vtilde)
 
 
-@triton.jit(do_not_specialize=["TT", "NBC"])
-def mimo_state_bwd_kernel(BUF, SIN, SFIN, DSFIN, DS0, DCEND, CS, BC_END, SEQ_BC, TT, H, PN, NBC,
+@triton.jit(do_not_specialize=["NBC"])
+def mimo_state_bwd_kernel(BUF, SIN, SFIN, DSFIN, DS0, DCEND, G, SEQ_BC, H, PN, NBC,
                           HAS_DSFIN: tl.constexpr, BLK: tl.constexpr):
     """Per (sequence, head), state chunks in reverse: BUF[c] (dL_c on entry) ← dS_end[c];
-    dS ← e^{c_end}·dS + dL_c. DCEND[blk, h, c] = partial ⟨dS_end[c], S_end[c]⟩. grid: (P·N blocks, NS, H)."""
+    dS ← e^{g[c]}·dS + dL_c (G (state chunks, H): each chunk's total log-decay). DCEND[blk, h, c] = partial
+    ⟨dS_end[c], S_end[c]⟩. grid: (P·N blocks, NS, H).
+
+    The previous chunk's dL, end state and decay are loaded one step ahead, before this step's store (they never
+    alias it), so each step waits on one memory round trip less (as ``common.state_passing`` does)."""
     pid = tl.program_id(0)
     s = tl.program_id(1)
     h = tl.program_id(2)
@@ -45,22 +50,29 @@ def mimo_state_bwd_kernel(BUF, SIN, SFIN, DSFIN, DS0, DCEND, CS, BC_END, SEQ_BC,
         ds = tl.zeros((BLK,), dtype=tl.float32)
     c_lo = tl.load(SEQ_BC + s)
     c_hi = tl.load(SEQ_BC + s + 1)
+    last = c_hi - 1
+    d_next = tl.load(BUF + (last * H + h).to(tl.int64) * PN + e, mask=m & (last >= c_lo), other=0.0)
+    s_end_next = tl.load(SFIN + fin, mask=m, other=0.0)  # the last chunk ends with the final state
+    g_next = tl.load(G + last * H + h, mask=last >= c_lo, other=0.0)
     for i in range(0, c_hi - c_lo):
         bc = c_hi - 1 - i
         off = (bc * H + h).to(tl.int64) * PN + e
-        d = tl.load(BUF + off, mask=m, other=0.0)
+        d = d_next
+        s_end = s_end_next
+        g = g_next
+        prev = bc - 1
+        has_prev = prev >= c_lo
+        d_next = tl.load(BUF + off - H * PN, mask=m & has_prev, other=0.0)
+        s_end_next = tl.load(SIN + off, mask=m & has_prev, other=0.0)  # chunk prev ends where chunk bc starts
+        g_next = tl.load(G + prev * H + h, mask=has_prev, other=0.0)
         tl.store(BUF + off, ds, mask=m)
-        last = bc == c_hi - 1
-        s_end = tl.load(SFIN + fin, mask=m & last, other=0.0) + \
-            tl.load(SIN + off + H * PN, mask=m & (bc < c_hi - 1), other=0.0)
         tl.store(DCEND + (pid * H + h) * NBC + bc, tl.sum(ds * s_end, axis=0))
-        c_end = tl.load(CS + h * TT + tl.load(BC_END + bc) - 1)
-        ds = tl.exp(c_end) * ds + d
+        ds = fast_exp(g) * ds + d
     tl.store(DS0 + fin, ds, mask=m)
 
 
 @triton.jit(do_not_specialize=["TT"])
-def mimo_bwd_dqk_kernel(Q, K, V, TH, CS, GAM, SCL, QB, KB, PSI, DY, SIN, DSEND,
+def mimo_bwd_dqk_kernel(Q, K, V, ROT, CS, GAM, SCL, QB, KB, PSI, DY, SIN, DSEND,
                         DX, DTH, DCP, DXBP,
                         SC_START, SC_END, SC_BC, BC_START, BC_END, TT, H, HG, G, N2, A, P,
                         R: tl.constexpr, BM: tl.constexpr, BK: tl.constexpr, BP: tl.constexpr,
@@ -78,7 +90,7 @@ def mimo_bwd_dqk_kernel(Q, K, V, TH, CS, GAM, SCL, QB, KB, PSI, DY, SIN, DSEND,
     tok0, tok1, bc = token_tile(SC_START, SC_END, SC_BC, sc)
     tb = tl.load(BC_START + bc)
     te = tl.load(BC_END + bc)
-    sq_t, sq_r, sv_t, sy_t, sth_t = token_strides(R, G, N2, H, P, A)
+    sq_t, sq_r, sv_t, sy_t, srot_t = token_strides(R, G, N2, H, P, A)
     Qg = Q + g * 2 * N2
     Kg = K + g * 2 * N2
     PN = P * 2 * N2
@@ -95,7 +107,7 @@ def mimo_bwd_dqk_kernel(Q, K, V, TH, CS, GAM, SCL, QB, KB, PSI, DY, SIN, DSEND,
         h = g * HG + hh
         QBh = QB + h * R * 2 * N2
         KBh = KB + h * R * 2 * N2
-        THh = TH + h * A
+        ROTh = ROT + h * 2 * A
         Vh = V + h * P
         PSIh = PSI + h * R * P
         DYh = DY + h * P
@@ -105,7 +117,7 @@ def mimo_bwd_dqk_kernel(Q, K, V, TH, CS, GAM, SCL, QB, KB, PSI, DY, SIN, DSEND,
             # dq̃_i = e^{c_i} S_bᵀ dy_i + Σ_{j ≤ i} (W ∘ dP)_ij k̃_j
             dy_i = load_rows_p(DYh, sy_t, sv_t, ti, r, valid, P, BP)  # [BM, BP]
             s1, s2 = load_state_pair(SIN + (bc * H + h).to(tl.int64) * PN, k0, N2, P, BP, BK)  # [BP, BK]
-            ei = tl.exp(ci)[:, None]
+            ei = fast_exp(ci)[:, None]
             dx1 = tl.dot(dy_i, s1, input_precision=DOT_PREC) * ei
             dx2 = tl.dot(dy_i, s2, input_precision=DOT_PREC) * ei
             for kt0 in range(tb, tok1, CT):
@@ -116,17 +128,17 @@ def mimo_bwd_dqk_kernel(Q, K, V, TH, CS, GAM, SCL, QB, KB, PSI, DY, SIN, DSEND,
                 cj = tl.load(CS + h * TT + tj, mask=vj, other=0.0)
                 scj = tl.load(SCL + h * TT + tj, mask=vj, other=0.0)
                 dpw = dp * pair_weights(ti, tj, ci, cj, scj, gi)
-                k1j, k2j, _c, _s = rot_pair(Kg, sq_t, sq_r, KBh, THh, sth_t, kt0, tok1 - kt0, k0, N2, A, R, BM, BK)
+                k1j, k2j, _c, _s = rot_pair(Kg, sq_t, sq_r, KBh, ROTh, srot_t, kt0, tok1 - kt0, k0, N2, A, R, BM, BK)
                 dx1 = tl.dot(dpw, k1j, dx1, input_precision=DOT_PREC)
                 dx2 = tl.dot(dpw, k2j, dx2, input_precision=DOT_PREC)
-            x1, x2, cs_, sn_ = rot_pair(Qg, sq_t, sq_r, QBh, THh, sth_t, tok0, tok1 - tok0, k0, N2, A, R, BM, BK)
+            x1, x2, cs_, sn_ = rot_pair(Qg, sq_t, sq_r, QBh, ROTh, srot_t, tok0, tok1 - tok0, k0, N2, A, R, BM, BK)
         else:
             # dk̃_j = e^{c_end − c_j} scale_j dS_endᵀ ṽ_j + Σ_{i ≥ j} (W ∘ dP)_ij q̃_i
             sci = tl.load(SCL + h * TT + ti, mask=valid, other=0.0)
             c_end = tl.load(CS + h * TT + te - 1)
             vt_i = vtilde(Vh, sv_t, PSIh, P, tok0, tok1 - tok0, P, R, BM, BP)
             d1, d2 = load_state_pair(DSEND + (bc * H + h).to(tl.int64) * PN, k0, N2, P, BP, BK)
-            wst = (tl.exp(c_end - ci) * sci)[:, None]
+            wst = (fast_exp(c_end - ci) * sci)[:, None]
             dx1 = tl.dot(vt_i, d1, input_precision=DOT_PREC) * wst
             dx2 = tl.dot(vt_i, d2, input_precision=DOT_PREC) * wst
             for qt0 in range(tok0, te, CT):
@@ -136,13 +148,13 @@ def mimo_bwd_dqk_kernel(Q, K, V, TH, CS, GAM, SCL, QB, KB, PSI, DY, SIN, DSEND,
                 dpt = tl.dot(vt_i, tl.trans(dy_q), input_precision=DOT_PREC)  # [BM (own keys), BM (queries)]
                 cq = tl.load(CS + h * TT + tq, mask=vq, other=0.0)
                 strict = tq[None, :] > ti[:, None]
-                e = tl.exp(tl.where(strict, cq[None, :] - ci[:, None], 0.0))
+                e = fast_exp(tl.where(strict, cq[None, :] - ci[:, None], 0.0))
                 wt = tl.where(strict, e * sci[:, None], tl.where(tq[None, :] == ti[:, None], gi[:, None], 0.0))
                 dpw = dpt * wt
-                q1q, q2q, _c, _s = rot_pair(Qg, sq_t, sq_r, QBh, THh, sth_t, qt0, te - qt0, k0, N2, A, R, BM, BK)
+                q1q, q2q, _c, _s = rot_pair(Qg, sq_t, sq_r, QBh, ROTh, srot_t, qt0, te - qt0, k0, N2, A, R, BM, BK)
                 dx1 = tl.dot(dpw, q1q, dx1, input_precision=DOT_PREC)
                 dx2 = tl.dot(dpw, q2q, dx2, input_precision=DOT_PREC)
-            x1, x2, cs_, sn_ = rot_pair(Kg, sq_t, sq_r, KBh, THh, sth_t, tok0, tok1 - tok0, k0, N2, A, R, BM, BK)
+            x1, x2, cs_, sn_ = rot_pair(Kg, sq_t, sq_r, KBh, ROTh, srot_t, tok0, tok1 - tok0, k0, N2, A, R, BM, BK)
 
         # log-decay partial (q: +x̃·dx̃, k: −x̃·dx̃), angle gradient, back to pre-rotation
         dc = tl.sum(x1 * dx1 + x2 * dx2, axis=1)  # [BM]
@@ -172,7 +184,7 @@ def mimo_bwd_dqk_kernel(Q, K, V, TH, CS, GAM, SCL, QB, KB, PSI, DY, SIN, DSEND,
 
 
 @triton.jit(do_not_specialize=["TT"])
-def mimo_bwd_dv_kernel(Q, K, V, TH, CS, GAM, SCL, QB, KB, PSI, DD, DY, DSEND,
+def mimo_bwd_dv_kernel(Q, K, V, ROT, CS, GAM, SCL, QB, KB, PSI, DD, DY, DSEND,
                        DV, DPSIP, DDP, DSCL, DGAM,
                        SC_START, SC_END, SC_BC, BC_START, BC_END, TT, H, HG, G, N2, A, P,
                        R: tl.constexpr, BM: tl.constexpr, BK: tl.constexpr, BP: tl.constexpr,
@@ -184,12 +196,12 @@ def mimo_bwd_dv_kernel(Q, K, V, TH, CS, GAM, SCL, QB, KB, PSI, DD, DY, DSEND,
     g = h // HG
     tok0, tok1, bc = token_tile(SC_START, SC_END, SC_BC, sc)
     te = tl.load(BC_END + bc)
-    sq_t, sq_r, sv_t, sy_t, sth_t = token_strides(R, G, N2, H, P, A)
+    sq_t, sq_r, sv_t, sy_t, srot_t = token_strides(R, G, N2, H, P, A)
     Qg = Q + g * 2 * N2
     Kg = K + g * 2 * N2
     QBh = QB + h * R * 2 * N2
     KBh = KB + h * R * 2 * N2
-    THh = TH + h * A
+    ROTh = ROT + h * 2 * A
     DYh = DY + h * P
     PN = P * 2 * N2
 
@@ -204,18 +216,18 @@ def mimo_bwd_dv_kernel(Q, K, V, TH, CS, GAM, SCL, QB, KB, PSI, DD, DY, DSEND,
     # state term: U = dS_end k̃_j
     u = tl.zeros((BM, BP), dtype=tl.float32)  # [BM, BP]
     DSb = DSEND + (bc * H + h).to(tl.int64) * PN
-    k1, k2, _c, _s = rot_pair(Kg, sq_t, sq_r, KBh, THh, sth_t, tok0, tok1 - tok0, 0, N2, A, R, BM, BK)  # [BM, BK] x2
+    k1, k2, _c, _s = rot_pair(Kg, sq_t, sq_r, KBh, ROTh, srot_t, tok0, tok1 - tok0, 0, N2, A, R, BM, BK)  # [BM, BK] x2
     if ONE_K:  # N/2 ≤ BK: the key tile is rotated once and reused by every product below
         d1, d2 = load_state_pair(DSb, 0, N2, P, BP, BK)
         u = tl.dot(k1, tl.trans(d1), u, input_precision=DOT_PREC)
         u = tl.dot(k2, tl.trans(d2), u, input_precision=DOT_PREC)
     else:
         for k0 in range(0, N2, BK):
-            k1, k2, _c, _s = rot_pair(Kg, sq_t, sq_r, KBh, THh, sth_t, tok0, tok1 - tok0, k0, N2, A, R, BM, BK)
+            k1, k2, _c, _s = rot_pair(Kg, sq_t, sq_r, KBh, ROTh, srot_t, tok0, tok1 - tok0, k0, N2, A, R, BM, BK)
             d1, d2 = load_state_pair(DSb, k0, N2, P, BP, BK)
             u = tl.dot(k1, tl.trans(d1), u, input_precision=DOT_PREC)
             u = tl.dot(k2, tl.trans(d2), u, input_precision=DOT_PREC)
-    wst = tl.exp(c_end - cj)
+    wst = fast_exp(c_end - cj)
     dvt = u * (wst * scj)[:, None]
     dscl = wst * tl.sum(vt * u, axis=1)  # [BM]
     dgam = tl.zeros((BM,), dtype=tl.float32)
@@ -225,13 +237,13 @@ def mimo_bwd_dv_kernel(Q, K, V, TH, CS, GAM, SCL, QB, KB, PSI, DD, DY, DSEND,
         tq = qt0 + tq_
         at = tl.zeros((BM, BM), dtype=tl.float32)  # [BM (keys), BM (queries)]
         if ONE_K:
-            q1, q2, _c2, _s2 = rot_pair(Qg, sq_t, sq_r, QBh, THh, sth_t, qt0, te - qt0, 0, N2, A, R, BM, BK)
+            q1, q2, _c2, _s2 = rot_pair(Qg, sq_t, sq_r, QBh, ROTh, srot_t, qt0, te - qt0, 0, N2, A, R, BM, BK)
             at = tl.dot(k1, tl.trans(q1), at, input_precision=DOT_PREC)
             at = tl.dot(k2, tl.trans(q2), at, input_precision=DOT_PREC)
         else:
             for k0 in range(0, N2, BK):
-                k1, k2, _c, _s = rot_pair(Kg, sq_t, sq_r, KBh, THh, sth_t, tok0, tok1 - tok0, k0, N2, A, R, BM, BK)
-                q1, q2, _c2, _s2 = rot_pair(Qg, sq_t, sq_r, QBh, THh, sth_t, qt0, te - qt0, k0, N2, A, R, BM, BK)
+                k1, k2, _c, _s = rot_pair(Kg, sq_t, sq_r, KBh, ROTh, srot_t, tok0, tok1 - tok0, k0, N2, A, R, BM, BK)
+                q1, q2, _c2, _s2 = rot_pair(Qg, sq_t, sq_r, QBh, ROTh, srot_t, qt0, te - qt0, k0, N2, A, R, BM, BK)
                 at = tl.dot(k1, tl.trans(q1), at, input_precision=DOT_PREC)
                 at = tl.dot(k2, tl.trans(q2), at, input_precision=DOT_PREC)
         cq = tl.load(CS + h * TT + tq, mask=vq, other=0.0)
@@ -239,7 +251,7 @@ def mimo_bwd_dv_kernel(Q, K, V, TH, CS, GAM, SCL, QB, KB, PSI, DD, DY, DSEND,
         dpt = tl.dot(vt, tl.trans(dy_q), input_precision=DOT_PREC)  # [BM, BM]
         strict = tq[None, :] > tj[:, None]
         same = tq[None, :] == tj[:, None]
-        e = tl.exp(tl.where(strict, cq[None, :] - cj[:, None], 0.0))
+        e = fast_exp(tl.where(strict, cq[None, :] - cj[:, None], 0.0))
         wt = tl.where(strict, e * scj[:, None], tl.where(same, gj[:, None], 0.0))
         dvt = tl.dot(at * wt, dy_q, dvt, input_precision=DOT_PREC)
         x = dpt * at

@@ -44,7 +44,9 @@ class MimoConfig:
         and each tile loops over the earlier tiles of its chunk ((state_tiles + 1) / 2 tiles on average): 2
         balances the two (H200, bf16, B=8, T=4096, P=64, R=4, ``bench_mimo.py --sweep``: forward / forward +
         backward ms with 1, 2, 4, 8 tiles: 14.6 / 71.4, 12.7 / 69.5, 13.4 / 80.1, 16.8 / 108.0; the other P
-        buckets were not measured and take the same value).
+        buckets were not measured and take the same value). Since q/k rotations are loaded, not computed (ninth
+        session): 10.6 / 55.4, 10.3 / 57.9, 11.5 / 68.5, 14.6 / 91.4 — 1 is 4 % faster for forward+backward and
+        3 % slower forward; 2 stays until B=1 (twice the state chunks to pass in order) is measured with 1.
     bp_state: P block of the chunk-state (outer product) kernel; 64 bounds its two [BP, BK] accumulators.
     warps / warps_bwd / state_warps: warps of the tile kernels / the backward tile kernels / the chunk-state
         kernel (8 for 64-row tiles: fewer registers per thread, no spills).
@@ -120,7 +122,6 @@ def smem_estimates(cfg: MimoConfig, headdim: int) -> dict[str, int]:
         "mimo_bwd_dqk_kernel": 4 * (2 * bb * bp + bp * bb + bp * bkb + bb * bb + bb * bkb),
         # state [BB,BK]·[BK,BP], scores [BB,BK]·[BK,BB], dP [BB,BP]·[BP,BB], value [BB,BB]·[BB,BP]
         "mimo_bwd_dv_kernel": 4 * (bb * bkb + bkb * bp + 2 * bb * bkb + 2 * bb * bp + bb * bb + bb * bp),
-        "mimo_state_fwd_kernel": 0,
         "mimo_state_bwd_kernel": 1024,
     }
 

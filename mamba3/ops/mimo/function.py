@@ -3,6 +3,7 @@
 Split of the work:
 - the angle cumsum θ (TT, H, A) fp32, wrapped mod 2π: Triton kernels with their own autograd Function
   (:mod:`.angles`);
+- sin θ and cos θ as fp32 planes (TT, H, 2, A), computed once per pass by PyTorch and loaded by the kernels;
 - cheap per-token preparation in PyTorch (autograd-differentiable, O(T·H) elements): the in-chunk log-decay
   cumsum c (float64 running sum, stored fp32), γ and scale, the folded input state
   S_0 = ssm_in + (1−λ_0)·dt_0·Σ_r ṽ_in k̃_inᵀ, and the final k/v/angle states (gathered at the last tokens);
@@ -31,11 +32,22 @@ def _device_spec(device):
     return arch_spec(89)  # interpreter lane: choose as for the smallest-memory architecture
 
 
+def _rotation_planes(theta):
+    """sin θ and cos θ (fp32) of every token, head and angle, side by side: (TT, H, 2, A) from θ (TT, H, A).
+    Computed once per pass (twice per forward+backward) and loaded by every kernel that rotates q or k, where each
+    tile used to evaluate sin/cos itself (≈ a quarter of the MIMO output kernel's instructions, sm_90 SASS)."""
+    TT, H, A = theta.shape
+    rot = torch.empty(TT, H, 2, A, device=theta.device, dtype=torch.float32)
+    torch.sin(theta, out=rot[:, :, 0])
+    torch.cos(theta, out=rot[:, :, 1])
+    return rot
+
+
 class _MimoCore(torch.autograd.Function):
     @staticmethod
     def forward(ctx, L, flags, q, k, v, theta, cs, gam, scl, qb, kb, psi, zeta, phi, D, z, nw, s0):
-        t = dict(q=q, k=k, v=v, theta=theta, cs=cs, gam=gam, scl=scl, qb=qb, kb=kb, psi=psi, zeta=zeta, phi=phi,
-                 D=D, z=z, nw=nw, s0=s0, norm=flags["norm"])
+        t = dict(q=q, k=k, v=v, rot=_rotation_planes(theta), cs=cs, gam=gam, scl=scl, qb=qb, kb=kb, psi=psi,
+                 zeta=zeta, phi=phi, D=D, z=z, nw=nw, s0=s0, norm=flags["norm"])
         sin, sfin = _launch.forward(L, t)
         out = _launch.out_pass(L, t, sin)
         ctx.L = L
@@ -47,8 +59,8 @@ class _MimoCore(torch.autograd.Function):
     def backward(ctx, dout, dsfin):
         L = ctx.L
         q, k, v, theta, cs, gam, scl, qb, kb, psi, zeta, phi, D, z, nw, s0 = ctx.saved_tensors
-        t = dict(q=q, k=k, v=v, theta=theta, cs=cs, gam=gam, scl=scl, qb=qb, kb=kb, psi=psi, zeta=zeta, phi=phi,
-                 D=D, z=z, nw=nw, s0=s0, norm=ctx.flags["norm"])
+        t = dict(q=q, k=k, v=v, rot=_rotation_planes(theta), cs=cs, gam=gam, scl=scl, qb=qb, kb=kb, psi=psi,
+                 zeta=zeta, phi=phi, D=D, z=z, nw=nw, s0=s0, norm=ctx.flags["norm"])
         sin, sfin = _launch.forward(L, t)  # recompute the incoming states (not kept between passes)
         g = _launch.backward(L, t, sin, sfin, dout.contiguous(), None if dsfin is None else dsfin.contiguous())
         return (None, None, g["q"], g["k"], g["v"], g["theta"], g["cs"], g["gam"], g["scl"],

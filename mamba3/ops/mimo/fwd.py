@@ -5,8 +5,8 @@ Chunk-parallel structure (see :mod:`.function` for the tables):
 1. ``mimo_chunk_state_kernel`` (MODE 0): for every *state chunk* (CS tokens) and head, its local state
    ΔS = Σ_j e^{c_end − c_j}·scale_j·Σ_r ṽ_{j,r} k̃_{j,r}ᵀ (P×N, fp32), all chunks in parallel, tiled over
    (P, N-pair) blocks. The same kernel with MODE 1 computes the backward's Σ_i e^{c_i} dy_i q̃_iᵀ.
-2. ``mimo_state_fwd_kernel``: walks the state chunks of each (sequence, head) and replaces each ΔS by the
-   state entering the chunk; input states enter here, final states leave here.
+2. ``common.state_passing`` (shared with SISO): walks the state chunks of each (sequence, head) and replaces
+   each ΔS by the state entering the chunk; input states enter here, final states leave here.
 3. ``mimo_out_kernel``: every *token tile* (CT tokens = BM rows) in parallel: inter-chunk term from the
    incoming state + the quadratic form over the earlier tiles of its state chunk + D, then the RMSNorm / gate /
    rank contraction epilogue. With BWD=True it recomputes y and runs the epilogue backward instead (dy, dz and
@@ -21,12 +21,13 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from ..common.tiles import fast_exp, fast_sigmoid
 from .tiles import (load_rank_p, load_rows_p, load_state_pair, load_tok_rows, pair_weights, rot_pair, rows_of,
                     token_strides, token_tile, vtilde)
 
 
 @triton.jit(do_not_specialize=["TT"])
-def mimo_chunk_state_kernel(X, sx_t, sx_r, PSI, Y, sy_t, sy_r, BIAS, TH, sth_t, CS, SCL, OUT,
+def mimo_chunk_state_kernel(X, sx_t, sx_r, PSI, Y, sy_t, sy_r, BIAS, ROT, srot_t, CS, SCL, OUT,
                             BC_START, BC_END, TT, H, HG, G, N2, A, P,
                             R: tl.constexpr, BM: tl.constexpr, BP: tl.constexpr, BK: tl.constexpr,
                             MODE: tl.constexpr, DOT_PREC: tl.constexpr):
@@ -53,14 +54,14 @@ def mimo_chunk_state_kernel(X, sx_t, sx_r, PSI, Y, sy_t, sy_r, BIAS, TH, sth_t, 
         t, r, valid = rows_of(te - t0, R, BM)
         tok = t0 + t
         c = tl.load(CS + h * TT + tok, mask=valid, other=0.0)
-        y1, y2, _c, _s = rot_pair(Y + g * 2 * N2, sy_t, sy_r, BIAS + h * R * 2 * N2, TH + h * A, sth_t,
+        y1, y2, _c, _s = rot_pair(Y + g * 2 * N2, sy_t, sy_r, BIAS + h * R * 2 * N2, ROT + h * 2 * A, srot_t,
                                   t0, te - t0, k0, N2, A, R, BM, BK)  # [BM, BK] x2
         if MODE == 0:
             x = vtilde(X + h * P + p0, sx_t, PSI + h * R * P + p0, P, t0, te - t0, P - p0, R, BM, BP)  # [BM, BP]
-            w = tl.exp(c_end - c) * tl.load(SCL + h * TT + tok, mask=valid, other=0.0)
+            w = fast_exp(c_end - c) * tl.load(SCL + h * TT + tok, mask=valid, other=0.0)
         else:
             x = load_rows_p(X + h * P + p0, sx_t, sx_r, tok, r, valid, P - p0, BP)  # [BM, BP]
-            w = tl.exp(c)
+            w = fast_exp(c)
         xw = tl.trans(x * w[:, None])  # [BP, BM]
         acc1 = tl.dot(xw, y1, acc1, input_precision=DOT_PREC)
         acc2 = tl.dot(xw, y2, acc2, input_precision=DOT_PREC)
@@ -73,32 +74,7 @@ def mimo_chunk_state_kernel(X, sx_t, sx_r, PSI, Y, sy_t, sy_r, BIAS, TH, sth_t, 
 
 
 @triton.jit(do_not_specialize=["TT"])
-def mimo_state_fwd_kernel(BUF, S0, SFIN, CS, BC_END, SEQ_BC, TT, H, PN,
-                          HAS_S0: tl.constexpr, BLK: tl.constexpr):
-    """Per (sequence, head): S ← S0; for each state chunk c: BUF[c] (ΔS on entry) ← S, S ← e^{c_end}·S + ΔS.
-    SFIN gets the final state. grid: (P·N blocks, sequences, H)."""
-    pid = tl.program_id(0)
-    s = tl.program_id(1)
-    h = tl.program_id(2)
-    e = pid * BLK + tl.arange(0, BLK)
-    m = e < PN
-    if HAS_S0:
-        state = tl.load(S0 + (s * H + h).to(tl.int64) * PN + e, mask=m, other=0.0)
-    else:
-        state = tl.zeros((BLK,), dtype=tl.float32)
-    c_lo = tl.load(SEQ_BC + s)
-    c_hi = tl.load(SEQ_BC + s + 1)
-    for bc in range(c_lo, c_hi):
-        off = (bc * H + h).to(tl.int64) * PN + e
-        d = tl.load(BUF + off, mask=m, other=0.0)
-        tl.store(BUF + off, state, mask=m)
-        c_end = tl.load(CS + h * TT + tl.load(BC_END + bc) - 1)
-        state = tl.exp(c_end) * state + d
-    tl.store(SFIN + (s * H + h).to(tl.int64) * PN + e, state, mask=m)
-
-
-@triton.jit(do_not_specialize=["TT"])
-def mimo_out_kernel(Q, K, V, TH, CS, GAM, SCL, QB, KB, PSI, ZETA, PHI, DD, Z, NW, SIN, OUT,
+def mimo_out_kernel(Q, K, V, ROT, CS, GAM, SCL, QB, KB, PSI, ZETA, PHI, DD, Z, NW, SIN, OUT,
                     DOUT, DY, DZ, DPHIP, DZETAP, DNWP,
                     SC_START, SC_END, SC_BC, BC_START, TT, H, HG, G, N2, A, P, eps,
                     R: tl.constexpr, BM: tl.constexpr, BK: tl.constexpr, BP: tl.constexpr,
@@ -112,12 +88,12 @@ def mimo_out_kernel(Q, K, V, TH, CS, GAM, SCL, QB, KB, PSI, ZETA, PHI, DD, Z, NW
     g = h // HG
     tok0, tok1, bc = token_tile(SC_START, SC_END, SC_BC, sc)
     tb = tl.load(BC_START + bc)
-    sq_t, sq_r, sv_t, _, sth_t = token_strides(R, G, N2, H, P, A)
+    sq_t, sq_r, sv_t, _, srot_t = token_strides(R, G, N2, H, P, A)
     Qg = Q + g * 2 * N2
     Kg = K + g * 2 * N2
     QBh = QB + h * R * 2 * N2
     KBh = KB + h * R * 2 * N2
-    THh = TH + h * A
+    ROTh = ROT + h * 2 * A
     Vh = V + h * P
     PSIh = PSI + h * R * P
 
@@ -129,18 +105,18 @@ def mimo_out_kernel(Q, K, V, TH, CS, GAM, SCL, QB, KB, PSI, ZETA, PHI, DD, Z, NW
     # inter-chunk: e^{c_i}·S q̃_i
     acc = tl.zeros((BM, BP), dtype=tl.float32)  # [BM, BP]
     Sb = SIN + (bc * H + h).to(tl.int64) * P * (2 * N2)
-    q1, q2, _c, _s = rot_pair(Qg, sq_t, sq_r, QBh, THh, sth_t, tok0, tok1 - tok0, 0, N2, A, R, BM, BK)  # [BM, BK] x2
+    q1, q2, _c, _s = rot_pair(Qg, sq_t, sq_r, QBh, ROTh, srot_t, tok0, tok1 - tok0, 0, N2, A, R, BM, BK)  # [BM, BK] x2
     if ONE_K:  # N/2 ≤ BK: the query tile is rotated once and reused by every product below
         s1, s2 = load_state_pair(Sb, 0, N2, P, BP, BK)
         acc = tl.dot(q1, tl.trans(s1), acc, input_precision=DOT_PREC)
         acc = tl.dot(q2, tl.trans(s2), acc, input_precision=DOT_PREC)
     else:
         for k0 in range(0, N2, BK):
-            q1, q2, _c, _s = rot_pair(Qg, sq_t, sq_r, QBh, THh, sth_t, tok0, tok1 - tok0, k0, N2, A, R, BM, BK)
+            q1, q2, _c, _s = rot_pair(Qg, sq_t, sq_r, QBh, ROTh, srot_t, tok0, tok1 - tok0, k0, N2, A, R, BM, BK)
             s1, s2 = load_state_pair(Sb, k0, N2, P, BP, BK)
             acc = tl.dot(q1, tl.trans(s1), acc, input_precision=DOT_PREC)
             acc = tl.dot(q2, tl.trans(s2), acc, input_precision=DOT_PREC)
-    acc = acc * tl.exp(ci)[:, None]
+    acc = acc * fast_exp(ci)[:, None]
 
     # intra-chunk: earlier tiles of the state chunk and this one
     for kt0 in range(tb, tok1, CT):
@@ -148,13 +124,13 @@ def mimo_out_kernel(Q, K, V, TH, CS, GAM, SCL, QB, KB, PSI, ZETA, PHI, DD, Z, NW
         tj = kt0 + tj_
         s_ij = tl.zeros((BM, BM), dtype=tl.float32)  # [BM, BM]
         if ONE_K:
-            k1, k2, _c2, _s2 = rot_pair(Kg, sq_t, sq_r, KBh, THh, sth_t, kt0, tok1 - kt0, 0, N2, A, R, BM, BK)
+            k1, k2, _c2, _s2 = rot_pair(Kg, sq_t, sq_r, KBh, ROTh, srot_t, kt0, tok1 - kt0, 0, N2, A, R, BM, BK)
             s_ij = tl.dot(q1, tl.trans(k1), s_ij, input_precision=DOT_PREC)
             s_ij = tl.dot(q2, tl.trans(k2), s_ij, input_precision=DOT_PREC)
         else:
             for k0 in range(0, N2, BK):
-                q1, q2, _c, _s = rot_pair(Qg, sq_t, sq_r, QBh, THh, sth_t, tok0, tok1 - tok0, k0, N2, A, R, BM, BK)
-                k1, k2, _c2, _s2 = rot_pair(Kg, sq_t, sq_r, KBh, THh, sth_t, kt0, tok1 - kt0, k0, N2, A, R, BM, BK)
+                q1, q2, _c, _s = rot_pair(Qg, sq_t, sq_r, QBh, ROTh, srot_t, tok0, tok1 - tok0, k0, N2, A, R, BM, BK)
+                k1, k2, _c2, _s2 = rot_pair(Kg, sq_t, sq_r, KBh, ROTh, srot_t, kt0, tok1 - kt0, k0, N2, A, R, BM, BK)
                 s_ij = tl.dot(q1, tl.trans(k1), s_ij, input_precision=DOT_PREC)
                 s_ij = tl.dot(q2, tl.trans(k2), s_ij, input_precision=DOT_PREC)
         cj = tl.load(CS + h * TT + tj, mask=vj, other=0.0)
@@ -183,7 +159,7 @@ def mimo_out_kernel(Q, K, V, TH, CS, GAM, SCL, QB, KB, PSI, ZETA, PHI, DD, Z, NW
     if HAS_Z:
         zt = load_tok_rows(Z + h * P, sv_t, tok0, tok1 - tok0, P, R, BM, BP)
         zz = zt * load_rank_p(ZETA + h * R * P, r, valid, P, P, BP)
-        sg = tl.sigmoid(zz)
+        sg = fast_sigmoid(zz)
         gate = zz * sg
         o = n * gate
     else:

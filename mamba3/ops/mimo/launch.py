@@ -7,11 +7,15 @@ from dataclasses import dataclass
 import torch
 import triton
 
+from ..common.state_passing import state_passing
 from .bwd import mimo_bwd_dqk_kernel, mimo_bwd_dv_kernel, mimo_state_bwd_kernel
 from .configs import MimoConfig, block_p
-from .fwd import mimo_chunk_state_kernel, mimo_out_kernel, mimo_state_fwd_kernel
+from .fwd import mimo_chunk_state_kernel, mimo_out_kernel
 
-STATE_BLK = 1024  # elements of the (P·N) state per program of the state-passing kernels
+# Elements of the (P·N) state per program of the state-passing kernels, which walk a sequence's state chunks in
+# order: small slabs put NS·H·(P·N/256) programs in flight, which is what hides each step's latency when there are
+# few sequences (as SISO's state pass; with 1024, B=1 T=32768 spent 7.9 of its 16.8 ms forward there on the H200).
+STATE_BLK = 256
 
 
 @dataclass(frozen=True)
@@ -24,6 +28,8 @@ class Tables:
     nbc: int
     nsc: int
     seq_bc: torch.Tensor    # (NS+1,) first state chunk of each sequence
+    seq_table: torch.Tensor  # (NS, 2) [first state chunk, number of state chunks] (``common.state_passing``)
+    max_bc: int             # most state chunks of any sequence
     seq_start: torch.Tensor  # (NS,)
     seq_end: torch.Tensor    # (NS,)
     bc_start: torch.Tensor
@@ -65,8 +71,10 @@ def _tables_cached(bounds: tuple, ct: int, cs: int, device: str) -> Tables:
     def put(x):  # without blocking: a blocking host-to-device copy waits for the device's queue to drain
         return x.to(dev, non_blocking=True)
 
+    nbc_seq = [b - a for a, b in zip(seq_bc[:-1], seq_bc[1:])]
     return Tables(ns=len(bounds) - 1, nbc=len(bc_start), nsc=len(sc_start),
-                  seq_bc=put(i32(seq_bc)), seq_start=put(i32(bounds[:-1])), seq_end=put(i32(bounds[1:])),
+                  seq_bc=put(i32(seq_bc)), seq_table=put(i32([[a, n] for a, n in zip(seq_bc[:-1], nbc_seq)])),
+                  max_bc=max(nbc_seq), seq_start=put(i32(bounds[:-1])), seq_end=put(i32(bounds[1:])),
                   bc_start=put(i32(bc_start)), bc_end=put(i32(bc_end)), sc_start=put(i32(sc_start)),
                   sc_end=put(i32(sc_end)), sc_bc=put(i32(sc_bc)), sc_seq=put(i32(sc_seq)),
                   tok_bc_start=put(tok_bc_start), tok_seq=put(tok_seq), tok_last=put(tok_last))
@@ -107,7 +115,7 @@ def _dims(L: Launch):
     return dict(TT=L.TT, H=L.H, HG=L.HG, G=L.G, N2=L.N2, A=L.A, P=L.P)
 
 
-def chunk_states(L: Launch, mode: int, x, y, bias, theta, cs, scl, psi):
+def chunk_states(L: Launch, mode: int, x, y, bias, rot, cs, scl, psi):
     """Per state chunk: ΔS (mode 0, x = v, y = k) or Σ e^{c} dy q̃ᵀ (mode 1, x = dy, y = q)."""
     cfg, T = L.cfg, L.tables
     out = torch.empty(T.nbc, L.H, L.P, 2 * L.N2, device=x.device, dtype=torch.float32)
@@ -118,20 +126,24 @@ def chunk_states(L: Launch, mode: int, x, y, bias, theta, cs, scl, psi):
     else:
         sx_t, sx_r = L.R * L.H * L.P, L.H * L.P
     mimo_chunk_state_kernel[grid](
-        x, sx_t, sx_r, psi, y, L.R * L.G * 2 * L.N2, L.G * 2 * L.N2, bias, theta, L.H * L.A, cs, scl, out,
+        x, sx_t, sx_r, psi, y, L.R * L.G * 2 * L.N2, L.G * 2 * L.N2, bias, rot, L.H * 2 * L.A, cs, scl, out,
         T.bc_start, T.bc_end, L.TT, L.H, L.HG, L.G, L.N2, L.A, L.P,
         R=L.R, BM=cfg.bm, BP=bps, BK=cfg.bk, MODE=mode, DOT_PREC=L.dot_prec,
         num_warps=cfg.state_warps, num_stages=cfg.stages)
     return out
 
 
+def chunk_decays(L: Launch, cs):
+    """(state chunks, H) fp32: each state chunk's total log-decay, the in-chunk cumsum at its last token."""
+    return cs[:, L.tables.bc_end.long() - 1].t().contiguous()
+
+
 def state_pass_fwd(L: Launch, buf, s0, cs):
+    """In place: each state chunk's ΔS becomes the state entering it (``common.state_passing``, which SISO's
+    chunks use too). Returns the final states."""
     T = L.tables
-    PN = L.P * 2 * L.N2
     sfin = torch.empty(T.ns, L.H, L.P, 2 * L.N2, device=buf.device, dtype=torch.float32)
-    grid = (triton.cdiv(PN, STATE_BLK), T.ns, L.H)
-    mimo_state_fwd_kernel[grid](buf, s0 if s0 is not None else buf, sfin, cs, T.bc_end, T.seq_bc, L.TT, L.H, PN,
-                                HAS_S0=s0 is not None, BLK=STATE_BLK, num_warps=4, num_stages=1)
+    state_passing(buf, chunk_decays(L, cs), T.seq_table, T.max_bc, init=s0, final=sfin, block=STATE_BLK)
     return sfin
 
 
@@ -142,7 +154,7 @@ def state_pass_bwd(L: Launch, buf, sin, sfin, dsfin, cs):
     ds0 = torch.empty(T.ns, L.H, L.P, 2 * L.N2, device=buf.device, dtype=torch.float32)
     dcend = torch.empty(nblk, L.H, T.nbc, device=buf.device, dtype=torch.float32)
     mimo_state_bwd_kernel[(nblk, T.ns, L.H)](
-        buf, sin, sfin, dsfin if dsfin is not None else sfin, ds0, dcend, cs, T.bc_end, T.seq_bc, L.TT, L.H, PN,
+        buf, sin, sfin, dsfin if dsfin is not None else sfin, ds0, dcend, chunk_decays(L, cs), T.seq_bc, L.H, PN,
         T.nbc, HAS_DSFIN=dsfin is not None, BLK=STATE_BLK, num_warps=4, num_stages=1)
     return ds0, dcend.sum(0)
 
@@ -150,7 +162,7 @@ def state_pass_bwd(L: Launch, buf, sin, sfin, dsfin, cs):
 def out_pass(L: Launch, t, sin, bwd=False, dout=None):
     """Forward outputs (bwd=False) or the epilogue backward (bwd=True, returns dy, dz, dφ, dζ, dw partials)."""
     cfg, T = L.cfg, L.tables
-    q, k, v, theta, cs, gam, scl = t["q"], t["k"], t["v"], t["theta"], t["cs"], t["gam"], t["scl"]
+    q, k, v, rot, cs, gam, scl = t["q"], t["k"], t["v"], t["rot"], t["cs"], t["gam"], t["scl"]
     has_out = t["phi"] is not None
     dev = v.device
     f32 = torch.float32
@@ -170,7 +182,7 @@ def out_pass(L: Launch, t, sin, bwd=False, dout=None):
             dnwp = torch.empty(T.nsc, L.H, L.P, device=dev, dtype=f32)
     d = lambda x: dummy if x is None else x  # noqa: E731
     mimo_out_kernel[(T.nsc, L.H)](
-        q, k, v, theta, cs, gam, scl, t["qb"], t["kb"], t["psi"], d(t["zeta"]), d(t["phi"]), d(t["D"]),
+        q, k, v, rot, cs, gam, scl, t["qb"], t["kb"], t["psi"], d(t["zeta"]), d(t["phi"]), d(t["D"]),
         d(t["z"]), d(t["nw"]), sin, d(out), d(dout), d(dy), d(dz), d(dphip), d(dzetap), d(dnwp),
         T.sc_start, T.sc_end, T.sc_bc, T.bc_start, L.TT, L.H, L.HG, L.G, L.N2, L.A, L.P, L.eps,
         R=L.R, BM=cfg.bm, BK=cfg.bk, BP=L.BP, HAS_D=t["D"] is not None, HAS_Z=t["z"] is not None,
@@ -184,7 +196,7 @@ def out_pass(L: Launch, t, sin, bwd=False, dout=None):
 
 def forward(L: Launch, t):
     """Returns (out, sin (incoming state per state chunk), final ssm state)."""
-    buf = chunk_states(L, 0, t["v"], t["k"], t["kb"], t["theta"], t["cs"], t["scl"], t["psi"])
+    buf = chunk_states(L, 0, t["v"], t["k"], t["kb"], t["rot"], t["cs"], t["scl"], t["psi"])
     sfin = state_pass_fwd(L, buf, t["s0"], t["cs"])
     return buf, sfin
 
@@ -195,7 +207,7 @@ def backward(L: Launch, t, sin, sfin, dout, dsfin):
     dev = t["v"].device
     f32 = torch.float32
     dy, dz, dphip, dzetap, dnwp = out_pass(L, t, sin, bwd=True, dout=dout)
-    dsl = chunk_states(L, 1, dy, t["q"], t["qb"], t["theta"], t["cs"], t["scl"], t["psi"])
+    dsl = chunk_states(L, 1, dy, t["q"], t["qb"], t["rot"], t["cs"], t["scl"], t["psi"])
     ds0, dcend = state_pass_bwd(L, dsl, sin, sfin, dsfin, t["cs"])
     dsend = dsl
     nkb = triton.cdiv(L.N2, cfg.bk_bwd)
@@ -206,10 +218,10 @@ def backward(L: Launch, t, sin, sfin, dout, dsfin):
     dcp = torch.empty(2 * nkb, L.H, L.TT, device=dev, dtype=f32)
     dqbp = torch.empty(TB.nsc, L.H, L.R, 2 * L.N2, device=dev, dtype=f32)
     dkbp = torch.empty_like(dqbp)
-    q, k, v, theta, cs, gam, scl = t["q"], t["k"], t["v"], t["theta"], t["cs"], t["gam"], t["scl"]
+    q, k, v, rot, cs, gam, scl = t["q"], t["k"], t["v"], t["rot"], t["cs"], t["gam"], t["scl"]
     for is_k, dx, dxbp in ((False, dq, dqbp), (True, dk, dkbp)):
         mimo_bwd_dqk_kernel[(nkb, TB.nsc, L.G)](
-            q, k, v, theta, cs, gam, scl, t["qb"], t["kb"], t["psi"], dy, sin, dsend, dx, dth, dcp, dxbp,
+            q, k, v, rot, cs, gam, scl, t["qb"], t["kb"], t["psi"], dy, sin, dsend, dx, dth, dcp, dxbp,
             TB.sc_start, TB.sc_end, TB.sc_bc, TB.bc_start, TB.bc_end, L.TT, L.H, L.HG, L.G, L.N2, L.A, L.P,
             R=L.R, BM=cfg.bm_bwd, BK=cfg.bk_bwd, BP=L.BP, IS_K=is_k, DOT_PREC=L.dot_prec,
             num_warps=cfg.warps_bwd, num_stages=cfg.stages)
@@ -219,7 +231,7 @@ def backward(L: Launch, t, sin, sfin, dout, dsfin):
     dscl = torch.empty(L.H, L.TT, device=dev, dtype=f32)
     dgam = torch.empty(L.H, L.TT, device=dev, dtype=f32)
     mimo_bwd_dv_kernel[(TB.nsc, L.H)](
-        q, k, v, theta, cs, gam, scl, t["qb"], t["kb"], t["psi"], t["D"] if t["D"] is not None else cs, dy, dsend,
+        q, k, v, rot, cs, gam, scl, t["qb"], t["kb"], t["psi"], t["D"] if t["D"] is not None else cs, dy, dsend,
         dv, dpsip, ddp, dscl, dgam,
         TB.sc_start, TB.sc_end, TB.sc_bc, TB.bc_start, TB.bc_end, L.TT, L.H, L.HG, L.G, L.N2, L.A, L.P,
         R=L.R, BM=cfg.bm_bwd, BK=cfg.bk_bwd, BP=L.BP, HAS_D=t["D"] is not None, ONE_K=L.N2 <= cfg.bk_bwd,
@@ -241,7 +253,7 @@ def aot_kernel_launches(cfg: MimoConfig, headdim: int, dtype, arch: int, dstate:
     from mamba3.testing.aot import KernelLaunch
 
     H, G, R, N, P, A = 32, 1, 4, dstate, headdim, dstate // 4
-    N2, TT, NS, NBC, NSC = N // 2, 4096, 1, 64, 256
+    N2, TT, NBC = N // 2, 4096, 64
     BP = block_p(P)
     prec = "tf32x3" if dtype == torch.float32 else "tf32"
     e = lambda *shape, dt=torch.float32: torch.empty(*shape, dtype=dt)  # noqa: E731
@@ -257,15 +269,12 @@ def aot_kernel_launches(cfg: MimoConfig, headdim: int, dtype, arch: int, dstate:
         x = v if mode == 0 else f
         out.append(KernelLaunch(
             f"mimo_chunk_state_kernel[mode{mode}]-{tag}", mimo_chunk_state_kernel,
-            (x, H * P if mode == 0 else R * H * P, 0 if mode == 0 else H * P, f, q, R * G * N, G * N, f, f, H * A,
+            (x, H * P if mode == 0 else R * H * P, 0 if mode == 0 else H * P, f, q, R * G * N, G * N, f, f, H * 2 * A,
              f, f, f, i32(16), i32(16), TT, H, H // G, G, N2, A, P),
             dict(R=R, BM=cfg.bm, BP=bps, BK=cfg.bk, MODE=mode, DOT_PREC=prec, num_warps=cfg.state_warps,
                  num_stages=cfg.stages)))
-    out.append(KernelLaunch(f"mimo_state_fwd_kernel-{tag}", mimo_state_fwd_kernel,
-                            (f, f, f, f, i32(16), i32(16), TT, H, P * N),
-                            dict(HAS_S0=True, BLK=STATE_BLK, num_warps=4, num_stages=1)))
     out.append(KernelLaunch(f"mimo_state_bwd_kernel-{tag}", mimo_state_bwd_kernel,
-                            (f, f, f, f, f, f, f, i32(16), i32(16), TT, H, P * N, NBC),
+                            (f, f, f, f, f, f, f, i32(16), H, P * N, NBC),
                             dict(HAS_DSFIN=True, BLK=STATE_BLK, num_warps=4, num_stages=1)))
     for bwd in (False, True):
         out.append(KernelLaunch(

@@ -4,7 +4,8 @@ Layout conventions (set up by :mod:`.function`; every tensor is contiguous):
 - tokens are flattened over the batch: token index ``tok`` in [0, TT), TT = B·T (or the packed length);
 - a *row* of a tile is a (token, rank) pair: row i of a tile that starts at token ``tok0`` is token
   ``tok0 + i // R``, rank ``i % R`` (BM = CT·R rows for CT tokens);
-- q, k: (TT, R, G, N); v, z: (TT, H, P); θ: (TT, H, A) fp32; per-rank dy: (TT, R, H, P) fp32;
+- q, k: (TT, R, G, N); v, z: (TT, H, P); rotation planes: (TT, H, 2, A) fp32 (sin θ, then cos θ); per-rank
+  dy: (TT, R, H, P) fp32;
   cs / γ / scale: (H, TT) fp32; states: (num_chunks, H, P, N) fp32;
 - N is processed as half-split pairs: a "pair block" holds columns [k0, k0+BK) and [N/2 + k0, N/2 + k0 + BK)
   of q/k, which is exactly what a rotation by θ[:, k0:k0+BK] mixes. Columns n ≥ A are not rotated (θ = 0).
@@ -17,6 +18,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from ..common.tiles import fast_exp
+
 
 @triton.jit
 def token_tile(SC_START, SC_END, SC_BC, sc):
@@ -27,8 +30,8 @@ def token_tile(SC_START, SC_END, SC_BC, sc):
 @triton.jit
 def token_strides(R: tl.constexpr, G, N2, H, P, A):
     """Token strides of q/k (TT, R, G, N) and their rank stride, of v (TT, H, P), of the per-rank dy
-    (TT, R, H, P) and of θ (TT, H, A)."""
-    return R * G * 2 * N2, G * 2 * N2, H * P, R * H * P, H * A
+    (TT, R, H, P) and of the rotation planes (TT, H, 2, A)."""
+    return R * G * 2 * N2, G * 2 * N2, H * P, R * H * P, H * 2 * A
 
 
 @triton.jit
@@ -37,25 +40,6 @@ def rows_of(ntok, R: tl.constexpr, BM: tl.constexpr):
     i = tl.arange(0, BM)
     t = i // R
     return t, i % R, t < ntok
-
-
-@triton.jit
-def sincos(x):
-    """(sin x, cos x) in fp32 for moderate |x| (θ is kept in [0, 2π)): quadrant reduction with a two-part π/2
-    (Cody–Waite) and Taylor polynomials on [−π/4, π/4] (truncation < 1e-9). Compact and register-light
-    compared with the general libdevice sinf/cosf, whose huge-argument path is dead code here; no libdevice,
-    so it also runs under the interpreter."""
-    k = tl.floor(x * 0.6366197723675814 + 0.5)
-    r = (x - k * 1.5707963705062866) + k * 4.371139000186243e-08
-    r2 = r * r
-    sr = r * (1.0 + r2 * (-1.6666666666666666e-01 + r2 * (8.333333333333333e-03 + r2 * (
-        -1.984126984126984e-04 + r2 * 2.7557319223985893e-06))))
-    cr = 1.0 + r2 * (-0.5 + r2 * (4.1666666666666664e-02 + r2 * (-1.388888888888889e-03 + r2 * (
-        2.48015873015873e-05 - r2 * 2.755731922398589e-07))))
-    q = k - 4.0 * tl.floor(k * 0.25)  # quadrant 0..3
-    s = tl.where(q == 0.0, sr, tl.where(q == 1.0, cr, tl.where(q == 2.0, -sr, -cr)))
-    c = tl.where(q == 0.0, cr, tl.where(q == 1.0, -sr, tl.where(q == 2.0, -cr, sr)))
-    return s, c
 
 
 @triton.jit
@@ -75,11 +59,12 @@ def bcast_rank(x, R: tl.constexpr, BM: tl.constexpr):
 
 
 @triton.jit
-def rot_pair(X, sx_t, sx_r, BIAS, TH, sth_t, tok0, ntok, k0, N2, A, R: tl.constexpr, BM: tl.constexpr,
+def rot_pair(X, sx_t, sx_r, BIAS, ROT, srot_t, tok0, ntok, k0, N2, A, R: tl.constexpr, BM: tl.constexpr,
              BK: tl.constexpr):
     """Biased, rotated pair block of the q or k rows of tokens [tok0, tok0 + ntok): (x̃1, x̃2, cos, sin), each
-    [BM, BK] fp32. X points at (token 0, rank 0, group g, column 0); BIAS at bias[h] (R, N); TH at θ[0, h].
-    θ, cos and sin are computed once per token and broadcast over the R ranks; the bias once per rank."""
+    [BM, BK] fp32. X points at (token 0, rank 0, group g, column 0); BIAS at bias[h] (R, N); ROT at the
+    rotation planes' row (token 0, h): sin θ in its first A columns, cos θ in the next A (``rotation_planes``).
+    cos and sin are loaded once per token and broadcast over the R ranks; the bias once per rank."""
     CT: tl.constexpr = BM // R
     t, r, valid = rows_of(ntok, R, BM)
     kk = k0 + tl.arange(0, BK)
@@ -96,10 +81,9 @@ def rot_pair(X, sx_t, sx_r, BIAS, TH, sth_t, tok0, ntok, k0, N2, A, R: tl.conste
     x2 = tl.where(m, x2 + b2, 0.0)
     tt = tl.arange(0, CT)
     mt = (tt < ntok)[:, None] & (kk < A)[None, :]
-    th = tl.load(TH + (tok0 + tt).to(tl.int64)[:, None] * sth_t + kk[None, :], mask=mt, other=0.0)  # [CT, BK]
-    s, c = sincos(th)
-    c = bcast_tok(c, R, BM)
-    s = bcast_tok(s, R, BM)
+    rot = ROT + (tok0 + tt).to(tl.int64)[:, None] * srot_t + kk[None, :]
+    s = bcast_tok(tl.load(rot, mask=mt, other=0.0), R, BM)  # [CT, BK] → [BM, BK]; columns ≥ A: no rotation
+    c = bcast_tok(tl.load(rot + A, mask=mt, other=1.0), R, BM)
     return x1 * c - x2 * s, x1 * s + x2 * c, c, s
 
 
@@ -160,5 +144,5 @@ def load_state_pair(S, k0, N2, P, BP: tl.constexpr, BK: tl.constexpr):
 def pair_weights(ti, tj, ci, cj, scale_j, gamma_i):
     """W[i, j] = e^{c_i − c_j}·scale_j if t_i > t_j, γ_i if t_i == t_j, else 0 (absolute token indices)."""
     strict = ti[:, None] > tj[None, :]
-    e = tl.exp(tl.where(strict, ci[:, None] - cj[None, :], 0.0))
+    e = fast_exp(tl.where(strict, ci[:, None] - cj[None, :], 0.0))
     return tl.where(strict, e * scale_j[None, :], tl.where(ti[:, None] == tj[None, :], gamma_i[:, None], 0.0))

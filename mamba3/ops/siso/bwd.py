@@ -5,14 +5,15 @@ dSe = gradient arriving at the chunk's end, from the reverse state pass; dy = dO
 
 ``bwd_dv_kernel`` — grid (chunk, head), loops over N blocks to form Q̃KKᵀ, Q̃Sᵀ, KK·dSeᵀ, ⟨dSe, S⟩:
     dv_j  = Σ_i M_ij(q̃_i·kk_j)·dy_i + e^{cs_L−cs_j}·dSe kk_j + (D + γ_j q̂_j·k̂_j)·dy_j
-    dz    = dO ⊙ y ⊙ σ(z)(1 + z(1−σ(z)))   (y recomputed)
+    dz    = dO ⊙ y ⊙ σ(z)(1 + z(1−σ(z)))   (y recomputed); with z, dy itself is stored for bwd_dqk
     dD    = Σ dy·v (per chunk partials), dγ(diag) = (dy_i·v_i)(q̂_i·k̂_i)
     d adt = reverse cumsum (within the chunk) of the gradient w.r.t. cs: inter e^{cs_i}·dy_i·S q̃_i, intra row sums
             minus column sums of M∘(Q̃KKᵀ)∘(dY Vᵀ), minus the K-into-state term, plus at the last position
             e^{cs_L}⟨dSe, S⟩ and the K-into-state total. No cross-chunk cumsum is needed: cs restarts every chunk.
 
 ``bwd_dqk_kernel`` — grid (chunk, q/k group, head split, N block): loops over its share of the group's heads and
-    sums dq, dk over them in registers; the head splits write fp32 partials summed on the host (no atomics):
+    sums dq, dk over them in registers; the head splits write fp32 partials summed on the host (no atomics). It
+    reads dy (bwd_dv's, or dO itself without z):
     dq̃ = e^{cs}⊙(dY S) + (M∘dY Vᵀ) KK,  dkk = (M∘dY Vᵀ)ᵀ Q̃ + e^{cs_L−cs}⊙(V dSe),  dk̃ = scale⊙dkk
     dscale_j = dkk_j·k̃_j (partial per N block), dθ = pair-wise dq̃·∂q̃/∂θ + dk̃·∂k̃/∂θ → within-chunk reverse cumsum
     stored per token (the cross-chunk part is added by ``common.cumsum.angle_backward``),
@@ -23,13 +24,13 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from ..common.tiles import (add_bias_pairs, batch_strides, chunk_row, chunk_scalars, head_angle_rows, join_pairs,
-                            load_pairs, rotation_tile, split16, split_pairs, store_pairs)
+from ..common.tiles import (add_bias_pairs, batch_strides, chunk_row, chunk_scalars, fast_exp, fast_sigmoid,
+                            head_angle_rows, join_pairs, load_pairs, rotation_tile, split16, split_pairs, store_pairs)
 from .fwd import rotated_qk_block, rotated_qk_halves, state_halves
 
 
 @triton.jit(do_not_specialize=["T", "NB_B", "sd_n", "rot_plane"])
-def bwd_dv_kernel(q_ptr, k_ptr, v_ptr, z_ptr, do_ptr, dv_ptr, dz_ptr, qb_ptr, kb_ptr, d_ptr, adt_ptr, dt_ptr,
+def bwd_dv_kernel(q_ptr, k_ptr, v_ptr, z_ptr, do_ptr, dv_ptr, dz_ptr, dy_ptr, qb_ptr, kb_ptr, d_ptr, adt_ptr, dt_ptr,
                   trap_ptr, rot_ptr, rot_plane, st_ptr, dst_ptr, ddp_ptr, dgam_ptr, dadt_ptr, table_ptr,
                   T, NB_B, sd_n, sq_t, sv_t, H, HPG, A,
                   N: tl.constexpr, P: tl.constexpr, C: tl.constexpr, BN: tl.constexpr, BP: tl.constexpr,
@@ -47,8 +48,8 @@ def bwd_dv_kernel(q_ptr, k_ptr, v_ptr, z_ptr, do_ptr, dv_ptr, dz_ptr, qb_ptr, kb
     i, m, a, dt, lam, gamma, scale, cs = chunk_scalars(adt_ptr, dt_ptr, trap_ptr, bidx * s_b + h * s_h, t0, L,
                                                        t_end, C)
     cs_last = tl.sum(a, 0)
-    rev = tl.exp(cs_last - cs)
-    ecs = tl.exp(cs)
+    rev = fast_exp(cs_last - cs)
+    ecs = fast_exp(cs)
     t = t0 + i
     p = pb * BP + tl.arange(0, BP)
     qrow = bidx * sq_b + t * sq_t + g * N
@@ -90,13 +91,17 @@ def bwd_dv_kernel(q_ptr, k_ptr, v_ptr, z_ptr, do_ptr, dv_ptr, dz_ptr, qb_ptr, kb
     do = tl.load(do_ptr + vrow[:, None] + p[None, :], mask=m[:, None], other=0.0).to(tl.float32)
     if HAS_Z:
         zz = tl.load(z_ptr + vrow[:, None] + p[None, :], mask=m[:, None], other=0.0).to(tl.float32)
-        sz = tl.sigmoid(zz)
+        sz = fast_sigmoid(zz)
         dy = do * zz * sz
+        # kept for bwd_dqk, whose dots take it in DOT_DT anyway: there the gate cost ≈ 17 % of the instructions
+        # (the sigmoid is recomputed in every layout dy is used in; sm_90 SASS). Stored in bf16 (bf16 inputs), it
+        # takes dz's store layout here, where fp32 (fp32 and fp16 inputs) adds a layout with one more sigmoid.
+        tl.store(dy_ptr + vrow[:, None] + p[None, :], dy.to(dy_ptr.dtype.element_ty), mask=m[:, None])
     else:
         dy = do
     diff = cs[:, None] - cs[None, :]
     causal = i[None, :] < i[:, None]
-    mm = tl.where(causal, tl.exp(tl.minimum(diff, 0.0)), 0.0) * acc_qk  # [C, C]
+    mm = tl.where(causal, fast_exp(tl.minimum(diff, 0.0)), 0.0) * acc_qk  # [C, C]
     diag = gamma * qk
     if HAS_D:
         diag += tl.load(d_ptr + h).to(tl.float32)
@@ -125,7 +130,7 @@ def bwd_dv_kernel(q_ptr, k_ptr, v_ptr, z_ptr, do_ptr, dv_ptr, dz_ptr, qb_ptr, kb
     # TMEM layout pass.
     ge = i[None, :] >= i[:, None]
     dadt = tl.sum(tl.where(ge, gcs[None, :], 0.0), 1) + tl.sum(tl.where(ge, 0.0, bterm[None, :]), 1)
-    dadt += tl.exp(cs_last) * tl.sum(sdot, 0)
+    dadt += fast_exp(cs_last) * tl.sum(sdot, 0)
     tl.store(dadt_ptr + part + dbase + t, dadt, mask=m)
 
 
@@ -142,11 +147,11 @@ def exact_dot(a, b, DT: tl.constexpr, PREC: tl.constexpr):
 
 
 @triton.jit(do_not_specialize=["T", "NB_B", "rot_plane"])
-def bwd_dqk_kernel(q_ptr, k_ptr, v_ptr, z_ptr, do_ptr, dq_ptr, dk_ptr, qb_ptr, kb_ptr, adt_ptr, dt_ptr, trap_ptr,
+def bwd_dqk_kernel(q_ptr, k_ptr, v_ptr, dy_ptr, dq_ptr, dk_ptr, qb_ptr, kb_ptr, adt_ptr, dt_ptr, trap_ptr,
                    rot_ptr, rot_plane, st_ptr, dst_ptr, dsc_ptr, dbq_ptr, dbk_ptr, r_ptr, table_ptr,
                    T, NB_B, sq_t, sv_t, H, HPG, HS, A,
                    N: tl.constexpr, P: tl.constexpr, C: tl.constexpr, BN: tl.constexpr, BP: tl.constexpr,
-                   HAS_Z: tl.constexpr, HAS_BIAS: tl.constexpr,
+                   HAS_BIAS: tl.constexpr,
                    HALVES: tl.constexpr, DOT_DT: tl.constexpr, PREC: tl.constexpr):
     sq_b, sv_b, s_h, s_b, _ = batch_strides(T, H, sq_t, sv_t, 0)
     sc_n = NB_B * s_b
@@ -179,8 +184,8 @@ def bwd_dqk_kernel(q_ptr, k_ptr, v_ptr, z_ptr, do_ptr, dq_ptr, dk_ptr, qb_ptr, k
         h = g * HPG + hsi * HPP + hh
         i2, m2, a, dt, lam, gamma, scale, cs = chunk_scalars(adt_ptr, dt_ptr, trap_ptr, bidx * s_b + h * s_h, t0,
                                                              L, t_end, C)
-        rev = tl.exp(tl.sum(a, 0) - cs)
-        ecs = tl.exp(cs)
+        rev = fast_exp(tl.sum(a, 0) - cs)
+        ecs = fast_exp(cs)
         vrow = bidx * sv_b + t * sv_t + h * P
         sbase = (c * H + h) * P * N
         # sums over p, one BP slab at a time: dY Vᵀ, dY S, V dSe, dy·v
@@ -198,10 +203,7 @@ def bwd_dqk_kernel(q_ptr, k_ptr, v_ptr, z_ptr, do_ptr, dq_ptr, dk_ptr, qb_ptr, k
         for pb in range(P // BP):
             p = pb * BP + tl.arange(0, BP)
             v = tl.load(v_ptr + vrow[:, None] + p[None, :], mask=m[:, None], other=0.0)
-            dy = tl.load(do_ptr + vrow[:, None] + p[None, :], mask=m[:, None], other=0.0).to(tl.float32)
-            if HAS_Z:
-                zz = tl.load(z_ptr + vrow[:, None] + p[None, :], mask=m[:, None], other=0.0).to(tl.float32)
-                dy = dy * zz * tl.sigmoid(zz)
+            dy = tl.load(dy_ptr + vrow[:, None] + p[None, :], mask=m[:, None], other=0.0).to(tl.float32)
             dyv += tl.sum(dy * v.to(tl.float32), 1)
             dyd = dy.to(DOT_DT)
             vd = v.to(DOT_DT)
@@ -221,7 +223,7 @@ def bwd_dqk_kernel(q_ptr, k_ptr, v_ptr, z_ptr, do_ptr, dq_ptr, dk_ptr, qb_ptr, k
                 dk_in += tl.dot(vd, dse, input_precision=PREC)
         dqk = gamma * dyv
         diff = cs[:, None] - cs[None, :]
-        a1 = tl.where(causal, tl.exp(tl.minimum(diff, 0.0)), 0.0) * dyvt
+        a1 = tl.where(causal, fast_exp(tl.minimum(diff, 0.0)), 0.0) * dyvt
         # the group's q/k rows are re-read for every head (L1/L2 hits) instead of held across the head loop:
         # 32 fewer live registers per thread at 8 warps
         qe, qo = load_pairs(q_ptr, qrow, m, nb * BN, C, BN, HALVES)
@@ -237,7 +239,7 @@ def bwd_dqk_kernel(q_ptr, k_ptr, v_ptr, z_ptr, do_ptr, dq_ptr, dk_ptr, qb_ptr, k
         kro = ke * si + ko * co
         if HALVES:
             # (M∘dY Vᵀ)ᵀ = Mᵀ∘(V dYᵀ) formed directly (one more C×C×P dot) instead of a transposed operand
-            a1t = tl.where(i[:, None] < i[None, :], tl.exp(tl.minimum(-diff, 0.0)), 0.0) * dyvt_t
+            a1t = tl.where(i[:, None] < i[None, :], fast_exp(tl.minimum(-diff, 0.0)), 0.0) * dyvt_t
             dqe = ecs[:, None] * dq_in_e + tl.dot(a1, kre * scale[:, None], input_precision=PREC)
             dqo = ecs[:, None] * dq_in_o + tl.dot(a1, kro * scale[:, None], input_precision=PREC)
             dkke = tl.dot(a1t, qre, input_precision=PREC) + rev[:, None] * dk_in_e

@@ -105,7 +105,7 @@ def _states(ctx, q, k, v, adt, dt, trap, q_bias, k_bias, angles, input_states):
         HALVES=cfg.halves, DOT_DT=ctx.dot_dt, PREC=ctx.prec, num_warps=cfg.warps_chunk, num_stages=cfg.stages)
     s0, w0 = _s_init(ctx, dt, trap, input_states)
     final_ssm = torch.empty(ch.nseq, H, P, N, device=v.device, dtype=torch.float32)
-    state_passing(st, gsum, ch, init=s0, final=final_ssm, block=cfg.state_block)
+    state_passing(st, gsum, ch.seq_table, ch.max_chunks, init=s0, final=final_ssm, block=cfg.state_block)
     return (rot, plane), gsum, st, final_angle, final_ssm, w0
 
 
@@ -155,8 +155,9 @@ class SisoTritonFn(torch.autograd.Function):
             N=N, P=P, C=cfg.chunk, BN=cfg.bn, BP=cfg.bp, MODE=1, HAS_Z=z is not None, HAS_BIAS=q_bias is not None,
             HALVES=cfg.halves, DOT_DT=c.dot_dt, PREC=c.prec, num_warps=cfg.warps_chunk, num_stages=cfg.stages)
         ds_init = torch.empty(ch.nseq, H, P, N, device=dev, dtype=torch.float32)
-        state_passing(dst, gsum, ch, init=None if dfssm is None else dfssm.float().contiguous(), final=ds_init,
-                      reverse=True, block=cfg.state_block)
+        ds_final = None if dfssm is None else dfssm.float().contiguous()
+        state_passing(dst, gsum, ch.seq_table, ch.max_chunks, init=ds_final, final=ds_init, reverse=True,
+                      block=cfg.state_block)
         # per-chunk gradients
         dv = torch.empty_like(v)
         dz = torch.empty_like(z) if z is not None else None
@@ -164,8 +165,12 @@ class SisoTritonFn(torch.autograd.Function):
         ddp = torch.empty(npb, ch.nchunks, H, device=dev, dtype=torch.float32)
         dgam = torch.empty(npb, B, H, T, device=dev, dtype=torch.float32)  # every token is written
         dadt = torch.empty(npb, B, H, T, device=dev, dtype=torch.float32)
+        # dy = dO ⊙ silu(z): written by bwd_dv, read by bwd_dqk; without z it is dO. In dO's dtype, except fp16,
+        # which keeps fp32 (dO·silu(z) may overflow fp16 where dO and z do not)
+        dy_dtype = torch.float32 if dout.dtype == torch.float16 else dout.dtype
+        dy = torch.empty_like(dout, dtype=dy_dtype) if z is not None else dout
         launch(bwd_dv_kernel, (ch.nchunks * H * npb,), 
-            q, k, v, z if z is not None else v, dout, dv, dz if dz is not None else dv,
+            q, k, v, z if z is not None else v, dout, dv, dz if dz is not None else dv, dy,
             q_bias if q_bias is not None else q, k_bias if k_bias is not None else k, D if D is not None else v,
             adt, dt, trap, rot, plane, st, dst, ddp, dgam, dadt,
             ch.chunk_table, T, B, ddp.stride(0), c.sq_t, c.sv_t, H, c.HPG, A,
@@ -185,12 +190,12 @@ class SisoTritonFn(torch.autograd.Function):
         dbk = torch.empty(ch.nchunks, H, N, device=dev, dtype=torch.float32) if has_bias else dsc
         R = torch.empty(B, T, H, max(A, 1), device=dev, dtype=torch.float32)  # every (token, angle) is written
         launch(bwd_dqk_kernel, (ch.nchunks * c.G * hs * nbk,), 
-            q, k, v, z if z is not None else v, dout, dq, dk, q_bias if has_bias else q, k_bias if has_bias else k,
+            q, k, v, dy, dq, dk, q_bias if has_bias else q, k_bias if has_bias else k,
             adt, dt, trap, rot, plane, st, dst, dsc, dbq, dbk, R,
             ch.chunk_table, T, B, c.sq_t, c.sv_t, H, c.HPG, hs, A,
-            N=N, P=P, C=cfg.chunk, BN=cfg.bn, BP=cfg.bp, HAS_Z=z is not None, HAS_BIAS=has_bias,
+            N=N, P=P, C=cfg.chunk, BN=cfg.bn, BP=cfg.bp, HAS_BIAS=has_bias,
             HALVES=cfg.halves, DOT_DT=c.dot_dt, PREC=c.prec, num_warps=cfg.warps_bwd, num_stages=cfg.stages)
-        del st, dst, rot
+        del st, dst, rot, dy
         if hs > 1:
             dq, dk = dq.sum(0).to(q.dtype), dk.sum(0).to(k.dtype)
         # angle path (adds the cross-chunk part of dθ)
@@ -215,7 +220,9 @@ class SisoTritonFn(torch.autograd.Function):
             grads_states = (None if dang_in is None else dang_in.to(ang_in.dtype), dssm_in.to(ssm_in.dtype),
                             dk_in.to(k_in.dtype), dv_in.to(v_in.dtype))
         else:
-            dprev[ch.seq_bidx, :, ch.seq_start_tok] = 0.0
+            # a device zero: a Python scalar would reach index_put_ as a host tensor, copied from pageable memory,
+            # which synchronises the stream (the host then waited for the GPU in the middle of every backward)
+            dprev[ch.seq_bidx, :, ch.seq_start_tok] = dprev.new_zeros(())
         lam = torch.sigmoid(trap.float())
         dtf = dt.float()
         dgt = dgam + dscale

@@ -28,12 +28,11 @@ into tf32.
 """
 from __future__ import annotations
 
-import torch
 import triton
 import triton.language as tl
 
-from ..common.tiles import (add_bias_pairs, batch_strides, chunk_row, chunk_scalars, head_angle_rows, join_pairs,
-                            load_pairs, rotation_tile)
+from ..common.tiles import (add_bias_pairs, batch_strides, chunk_row, chunk_scalars, fast_exp, fast_sigmoid,
+                            head_angle_rows, join_pairs, load_pairs, rotation_tile)
 
 
 @triton.jit(do_not_specialize=["T", "rot_plane"])
@@ -59,15 +58,15 @@ def chunk_state_kernel(x_ptr, z_ptr, k_ptr, kb_ptr, adt_ptr, dt_ptr, trap_ptr, r
     p = pb * BP + tl.arange(0, BP)
     xrow = bidx * sx_b + t * sx_t + h * P
     if MODE == 0:
-        w = tl.exp(tl.sum(a, 0) - cs) * scale
+        w = fast_exp(tl.sum(a, 0) - cs) * scale
     else:
-        w = tl.exp(cs)
+        w = fast_exp(cs)
     if not HALVES:
         x = tl.load(x_ptr + xrow[:, None] + p[None, :], mask=m[:, None], other=0.0).to(tl.float32)  # [C, BP]
         if MODE == 1:
             if HAS_Z:
                 zz = tl.load(z_ptr + xrow[:, None] + p[None, :], mask=m[:, None], other=0.0).to(tl.float32)
-                x = x * zz * tl.sigmoid(zz)
+                x = x * zz * fast_sigmoid(zz)
     w = tl.where(m, w, 0.0)
     BH: tl.constexpr = BN // 2
     pa = nb * BH + tl.arange(0, BH)
@@ -85,7 +84,7 @@ def chunk_state_kernel(x_ptr, z_ptr, k_ptr, kb_ptr, adt_ptr, dt_ptr, trap_ptr, r
         if MODE == 1:
             if HAS_Z:
                 zt = tl.load(z_ptr + xrow[None, :] + p[:, None], mask=m[None, :], other=0.0).to(tl.float32)
-                xt = xt * zt * tl.sigmoid(zt)
+                xt = xt * zt * fast_sigmoid(zt)
         xw = xt * w[None, :]
         # and a re-interleaved (joined) B operand is illegal there too: one dot per half, strided stores
         s_e = tl.dot(xw, kre, input_precision=PREC)  # [BP, BN/2]
@@ -203,9 +202,9 @@ def output_kernel(q_ptr, k_ptr, v_ptr, z_ptr, o_ptr, qb_ptr, kb_ptr, d_ptr, adt_
     v = tl.load(v_ptr + vrow[:, None] + p[None, :], mask=m[:, None], other=0.0)
     diff = cs[:, None] - cs[None, :]
     causal = i[None, :] < i[:, None]
-    mm = tl.where(causal, tl.exp(tl.minimum(diff, 0.0)), 0.0) * acc_qk
+    mm = tl.where(causal, fast_exp(tl.minimum(diff, 0.0)), 0.0) * acc_qk
     y = tl.dot(mm.to(DOT_DT), v.to(DOT_DT), input_precision=PREC)
-    ecs = tl.exp(cs)
+    ecs = fast_exp(cs)
     for nb in range(N // BN):
         if HALVES:
             qse, qso = rotated_q_halves(q_ptr, qb_ptr, rot_ptr, rot_plane, qrow, arow, m, nb,
@@ -225,5 +224,5 @@ def output_kernel(q_ptr, k_ptr, v_ptr, z_ptr, o_ptr, qb_ptr, kb_ptr, d_ptr, adt_
     y += diag[:, None] * v.to(tl.float32)
     if HAS_Z:
         zz = tl.load(z_ptr + vrow[:, None] + p[None, :], mask=m[:, None], other=0.0).to(tl.float32)
-        y = y * zz * tl.sigmoid(zz)
+        y = y * zz * fast_sigmoid(zz)
     tl.store(o_ptr + vrow[:, None] + p[None, :], y.to(o_ptr.dtype.element_ty), mask=m[:, None])

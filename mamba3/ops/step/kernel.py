@@ -43,7 +43,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from ..common.tiles import PI, sincos, tanh_sech2
+from ..common.tiles import PI, sincos
 
 TWO_PI = tl.constexpr(6.283185307179586)
 
@@ -58,9 +58,11 @@ def _wrap(th):
 
 @triton.jit
 def _new_angle(sa_row, ang_row, j, mask, dt):
-    """θ'_j = (θ_j + π·tanh(φ_j)·dt) mod 2π from the old angle state row and the angle rates row."""
+    """θ'_j = (θ_j + π·tanh(φ_j)·dt) mod 2π from the old angle state row and the angle rates row. tanh is
+    2σ(2x) − 1 with tl.sigmoid, not the chunk kernels' fast_sigmoid: the step is bandwidth-bound, and with the
+    fast path the pooled (state_batch_indices) and dense variants of the kernel stopped agreeing bit for bit."""
     th = tl.load(sa_row + j, mask=mask, other=0.0).to(tl.float32)
-    tanh_rate, _ = tanh_sech2(tl.load(ang_row + j, mask=mask, other=0.0).to(tl.float32))
+    tanh_rate = 2.0 * tl.sigmoid(2.0 * tl.load(ang_row + j, mask=mask, other=0.0).to(tl.float32)) - 1.0
     return _wrap(th + PI * tanh_rate * dt)
 
 
