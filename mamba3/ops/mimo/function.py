@@ -43,11 +43,17 @@ def _rotation_planes(theta):
     return rot
 
 
+def _pass_tensors(L, norm, q, k, v, theta, cs, gam, scl, qb, kb, psi, zeta, phi, D, z, nw, s0):
+    """What the launchers of one pass (forward, or the backward with its forward recompute) read, with the
+    tensors derived once per pass: the rotation planes and the state chunks' decays."""
+    return dict(q=q, k=k, v=v, rot=_rotation_planes(theta), cs=cs, decay=_launch.chunk_decays(L, cs), gam=gam,
+                scl=scl, qb=qb, kb=kb, psi=psi, zeta=zeta, phi=phi, D=D, z=z, nw=nw, s0=s0, norm=norm)
+
+
 class _MimoCore(torch.autograd.Function):
     @staticmethod
     def forward(ctx, L, flags, q, k, v, theta, cs, gam, scl, qb, kb, psi, zeta, phi, D, z, nw, s0):
-        t = dict(q=q, k=k, v=v, rot=_rotation_planes(theta), cs=cs, gam=gam, scl=scl, qb=qb, kb=kb, psi=psi,
-                 zeta=zeta, phi=phi, D=D, z=z, nw=nw, s0=s0, norm=flags["norm"])
+        t = _pass_tensors(L, flags["norm"], q, k, v, theta, cs, gam, scl, qb, kb, psi, zeta, phi, D, z, nw, s0)
         sin, sfin = _launch.forward(L, t)
         out = _launch.out_pass(L, t, sin)
         ctx.L = L
@@ -59,8 +65,7 @@ class _MimoCore(torch.autograd.Function):
     def backward(ctx, dout, dsfin):
         L = ctx.L
         q, k, v, theta, cs, gam, scl, qb, kb, psi, zeta, phi, D, z, nw, s0 = ctx.saved_tensors
-        t = dict(q=q, k=k, v=v, rot=_rotation_planes(theta), cs=cs, gam=gam, scl=scl, qb=qb, kb=kb, psi=psi,
-                 zeta=zeta, phi=phi, D=D, z=z, nw=nw, s0=s0, norm=ctx.flags["norm"])
+        t = _pass_tensors(L, ctx.flags["norm"], q, k, v, theta, cs, gam, scl, qb, kb, psi, zeta, phi, D, z, nw, s0)
         sin, sfin = _launch.forward(L, t)  # recompute the incoming states (not kept between passes)
         g = _launch.backward(L, t, sin, sfin, dout.contiguous(), None if dsfin is None else dsfin.contiguous())
         return (None, None, g["q"], g["k"], g["v"], g["theta"], g["cs"], g["gam"], g["scl"],

@@ -138,23 +138,23 @@ def chunk_decays(L: Launch, cs):
     return cs[:, L.tables.bc_end.long() - 1].t().contiguous()
 
 
-def state_pass_fwd(L: Launch, buf, s0, cs):
+def state_pass_fwd(L: Launch, buf, s0, decay):
     """In place: each state chunk's ΔS becomes the state entering it (``common.state_passing``, which SISO's
-    chunks use too). Returns the final states."""
+    chunks use too; ``decay`` from :func:`chunk_decays`). Returns the final states."""
     T = L.tables
     sfin = torch.empty(T.ns, L.H, L.P, 2 * L.N2, device=buf.device, dtype=torch.float32)
-    state_passing(buf, chunk_decays(L, cs), T.seq_table, T.max_bc, init=s0, final=sfin, block=STATE_BLK)
+    state_passing(buf, decay, T.seq_table, T.max_bc, init=s0, final=sfin, block=STATE_BLK)
     return sfin
 
 
-def state_pass_bwd(L: Launch, buf, sin, sfin, dsfin, cs):
+def state_pass_bwd(L: Launch, buf, sin, sfin, dsfin, decay):
     T = L.tables
     PN = L.P * 2 * L.N2
     nblk = triton.cdiv(PN, STATE_BLK)
     ds0 = torch.empty(T.ns, L.H, L.P, 2 * L.N2, device=buf.device, dtype=torch.float32)
     dcend = torch.empty(nblk, L.H, T.nbc, device=buf.device, dtype=torch.float32)
     mimo_state_bwd_kernel[(nblk, T.ns, L.H)](
-        buf, sin, sfin, dsfin if dsfin is not None else sfin, ds0, dcend, chunk_decays(L, cs), T.seq_bc, L.H, PN,
+        buf, sin, sfin, dsfin if dsfin is not None else sfin, ds0, dcend, decay, T.seq_bc, L.H, PN,
         T.nbc, HAS_DSFIN=dsfin is not None, BLK=STATE_BLK, num_warps=4, num_stages=1)
     return ds0, dcend.sum(0)
 
@@ -197,7 +197,7 @@ def out_pass(L: Launch, t, sin, bwd=False, dout=None):
 def forward(L: Launch, t):
     """Returns (out, sin (incoming state per state chunk), final ssm state)."""
     buf = chunk_states(L, 0, t["v"], t["k"], t["kb"], t["rot"], t["cs"], t["scl"], t["psi"])
-    sfin = state_pass_fwd(L, buf, t["s0"], t["cs"])
+    sfin = state_pass_fwd(L, buf, t["s0"], t["decay"])
     return buf, sfin
 
 
@@ -208,7 +208,7 @@ def backward(L: Launch, t, sin, sfin, dout, dsfin):
     f32 = torch.float32
     dy, dz, dphip, dzetap, dnwp = out_pass(L, t, sin, bwd=True, dout=dout)
     dsl = chunk_states(L, 1, dy, t["q"], t["qb"], t["rot"], t["cs"], t["scl"], t["psi"])
-    ds0, dcend = state_pass_bwd(L, dsl, sin, sfin, dsfin, t["cs"])
+    ds0, dcend = state_pass_bwd(L, dsl, sin, sfin, dsfin, t["decay"])
     dsend = dsl
     nkb = triton.cdiv(L.N2, cfg.bk_bwd)
     TB = L.tables_bwd
