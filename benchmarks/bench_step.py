@@ -127,17 +127,20 @@ def main():
         siso = mode == "siso"
         x = make(args.batch, args.nheads, 1, args.headdim, args.dstate, R, siso, torch.bfloat16)
         nbytes = bytes_moved(x)
-        chosen = choose_config(None, StepProblem(args.headdim, args.dstate, R))
+        chosen = choose_config(None, StepProblem(args.headdim, args.dstate, R, row_heads=args.batch * args.nheads))
         configs = [chosen]
         if not args.no_sweep:
             full_n = 1 << (args.dstate - 1).bit_length()
-            for bp in (8, 16, 32):
-                for w in (1, 2, 4):
-                    c = StepConfig(block_p=bp, block_n=min(128, full_n), num_warps=w, rows_warps=chosen.rows_warps)
-                    if c not in configs:
+            full_p = 1 << (args.headdim - 1).bit_length()
+            # whole rows per tile, each program streaming row_tiles tiles (all of P: one launch)
+            for bp, w in ((4, 1), (8, 1), (16, 1), (16, 2), (32, 2)):
+                for rt in (1, 2, 4, 8, 16):
+                    c = StepConfig(block_p=bp, block_n=full_n, num_warps=w, row_tiles=rt,
+                                   rows_warps=chosen.rows_warps)
+                    if bp * rt <= full_p and c not in configs:
                         configs.append(c)
             # N in several tiles (the next one prefetched): fewer registers per program, more programs resident
-            for bp, bn in ((8, 32), (8, 64), (16, 32), (16, 64)):
+            for bp, bn in ((8, 32), (8, 64), (16, 64)):
                 c = StepConfig(block_p=bp, block_n=bn, num_warps=1, rows_warps=chosen.rows_warps)
                 if bn < full_n and c not in configs:
                     configs.append(c)
@@ -149,6 +152,7 @@ def main():
             tbps = nbytes / ms / 1e9
             row = dict(op=mode, rank=R, batch=args.batch, nheads=args.nheads, headdim=args.headdim,
                        dstate=args.dstate, block_p=cfg.block_p, block_n=cfg.block_n, num_warps=cfg.num_warps,
+                       row_tiles=cfg.row_tiles,
                        chosen=cfg == chosen, ms=ms, MB=nbytes / 1e6, TBps=tbps, frac_of_copy=tbps / copy_bw,
                        **errors_against_float64(x, siso, cfg))
             if cfg == chosen and siso:

@@ -152,3 +152,48 @@ def test_long_decode_keeps_angles_wrapped():
         mamba3_siso_step(x["q"][0][:, 0], x["k"][0][:, 0], x["v"][0], x["adt"][0], x["dt"][0], x["trap"][0],
                          x["q_bias"][:, 0], x["k_bias"][:, 0], x["angles"][0], x["D"], x["z"][0], states)
     assert (states[0] >= 0).all() and (states[0] < 2 * math.pi).all()
+
+
+TILE_CONFIGS = [  # (block_p, block_n, num_warps, row_tiles): the benchmark's sweep (whole rows, streamed rows, N tiles)
+    (bp, 128, w, rt) for bp, w in ((4, 1), (8, 1), (16, 1), (16, 2), (32, 2)) for rt in (1, 2, 4, 8, 16) if bp * rt <= 64
+] + [(8, 32, 1, 1), (8, 64, 1, 1), (16, 64, 1, 1)]
+
+
+@pytest.mark.parametrize("cfg", TILE_CONFIGS, ids=["x".join(map(str, c)) for c in TILE_CONFIGS])
+@pytest.mark.parametrize("siso", [True, False], ids=["siso", "mimo4"])
+def test_every_swept_tile_config_matches_float64(siso, cfg):
+    """Any tile the benchmark may recommend is exact: 6 chained tokens (the small states each step writes are read
+    by the next), P = 48 and N = 96 (ragged row tiles and masked columns), pooled rows with a padded slot."""
+    from mamba3.ops.step.configs import StepConfig
+    from mamba3.ops.step.launch import step_triton
+    from mamba3.ops.step.reference import step_reference
+
+    config = StepConfig(block_p=cfg[0], block_n=cfg[1], num_warps=cfg[2], row_tiles=cfg[3])
+    R = 1 if siso else 4
+    x, st = inputs(3, 6, 4, 1, 48, 96, R, torch.float32, siso, seed=cfg[0] * 10 + cfg[3])
+    idx = torch.tensor([2, -1, 0], device=DEV, dtype=torch.int32)
+    names = ("q", "k", "v", "adt", "dt", "trap", "q_bias", "k_bias", "mimo_v", "mimo_z", "mimo_out", "angles", "D",
+             "z")
+    token = lambda d, t: [d[n][t] if n in ("q", "k", "v", "adt", "dt", "trap", "angles", "z") else d[n]
+                          for n in names]
+    states = [s.clone() for s in st]
+    ref_x = {n: None if t is None else t.cpu().double() for n, t in x.items()}
+    ref_states = [s.cpu().double() for s in st]
+    for t in range(6):
+        out = step_triton(*token(x, t), *states, idx, False, None, 1e-5, siso=siso, config=config)
+        ref = step_reference(*token(ref_x, t), *ref_states, idx.cpu(), False, None, 1e-5,
+                             pairing="adjacent" if siso else "half", siso=siso)
+        assert_rel_close(f"out[{t}]", out, ref, 1e-5)
+    for name, a, b in zip(("angle", "ssm", "k", "v"), states, ref_states):
+        assert_rel_close(f"{name} state", a, b, 1e-5)
+
+
+@pytest.mark.parametrize("siso", [True, False], ids=["siso", "mimo4"])
+def test_large_batch_choice_matches_float64(siso):
+    """batch × heads ≥ 1024: the dispatcher's MIMO choice is one program per (row, head) writing its small states."""
+    x, st = inputs(16, 3, 64, 1, 64, 128, 1 if siso else 4, torch.float32, siso, seed=13)
+    out, states = chain(x, st, siso, 3, "triton")
+    ref, ref_states = chain(x, st, siso, 3, "reference")
+    assert_rel_close("out", out, ref, 1e-5)
+    for name, a, b in zip(("angle", "ssm", "k", "v"), states, ref_states):
+        assert_rel_close(f"{name} state", a, b, 1e-5)

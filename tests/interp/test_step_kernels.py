@@ -8,7 +8,7 @@ import torch
 
 from mamba3.ops.step import mamba3_mimo_step, mamba3_siso_step
 from mamba3.ops.step.configs import StepConfig
-from mamba3.ops.step.launch import step_triton
+from mamba3.ops.step.launch import build_launches, step_triton
 from mamba3.ops.step.reference import step_reference
 from mamba3.testing.errors import assert_rel_close
 
@@ -82,6 +82,28 @@ def test_state_streamed_in_several_n_tiles(siso, N):
     check(*both(x, siso, config=StepConfig(block_p=4, block_n=8, num_warps=1)), 1e-5)
 
 
+
+@pytest.mark.parametrize("row_tiles", [2, 4], ids=["two-programs-per-head", "one-program-writes-small-states"])
+@pytest.mark.parametrize("siso", [True, False], ids=["siso", "mimo"])
+def test_rows_streamed_per_program(siso, row_tiles):
+    # P = 12 in tiles of 4 rows: 2 tiles per program (programs of 8 and 4 valid rows, the rows kernel after them)
+    # or 4 (one program per row and head, the last tile empty, the small states written by it); pooled states
+    # with a padded row, NaN in every row that is not addressed
+    x = make(3, 2, 1, 12, 20, 1 if siso else 2, 6, torch.float32, siso, seed=8, pool=5)
+    x["state_batch_indices"] = torch.tensor([4, -1, 1], dtype=torch.int32)
+    for s in ("angle_state", "ssm_state", "k_state", "v_state"):
+        x[s][torch.tensor([0, 2, 3])] = float("nan")
+    config = StepConfig(block_p=4, block_n=32, num_warps=1, row_tiles=row_tiles)
+    launches, _ = build_launches(*[x[n] for n in ORDER], siso=siso, config=config)
+    assert len(launches) == (1 if row_tiles == 4 else 2)
+    tri, ref = both(x, siso, config=config)
+    assert torch.equal(tri[0][1], torch.zeros_like(tri[0][1]))
+    assert_rel_close("out", tri[0], ref[0], 1e-5)
+    rows = torch.tensor([4, 1])
+    for name, a, b in zip(("angle", "ssm", "k", "v"), tri[1], ref[1]):
+        assert_rel_close(f"{name} state", a[rows].float(), b[rows].float(), 1e-5)
+        assert torch.isnan(a[torch.tensor([0, 2, 3])]).all()
+
 def test_ragged_p_tiles():
     x = make(2, 2, 1, 12, 16, 2, 4, torch.float32, False, seed=7, per_rank=True)
     check(*both(x, False, config=StepConfig(block_p=8, block_n=16, num_warps=1)), 1e-5)   # 8 + 4 valid rows
@@ -125,3 +147,17 @@ def test_public_functions_dispatch_to_triton():
                            x["mimo_v"], x["mimo_z"], x["mimo_out"], x["angles"], x["D"], x["z"], states,
                            backend="triton")
     assert_rel_close("mimo out", out, both(x, False)[1][0], 1e-5)
+
+
+def test_chooser_gives_mimo_one_program_per_row_and_head_only_for_large_batches():
+    from mamba3.ops.step.configs import StepProblem, choose_config
+
+    large = choose_config(None, StepProblem(64, 128, 4, row_heads=128 * 64))
+    assert (large.block_p, large.block_n, large.row_tiles) == (8, 128, 8)
+    assert choose_config(None, StepProblem(64, 128, 4, row_heads=8 * 64)).row_tiles == 1   # small batch: 8 per head
+    assert choose_config(None, StepProblem(64, 256, 4, row_heads=128 * 64)).row_tiles == 1  # N in two tiles
+    assert choose_config(None, StepProblem(64, 128, 1, row_heads=128 * 64)).row_tiles == 1  # SISO: rows kernel
+    x = make(2, 2, 1, 8, 16, 2, 4, torch.float32, False, seed=9)
+    launches, _ = build_launches(*[x[n] for n in ORDER], siso=False,
+                                 config=choose_config(None, StepProblem(8, 16, 2, row_heads=1024)))
+    assert [k.__name__ for k, *_ in launches] == ["mamba3_step_kernel"]

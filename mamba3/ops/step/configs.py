@@ -12,7 +12,11 @@ after the state's row stride became a constexpr (kernel.py): SISO 16 × 128 @ 1 
 warps 0.1521; MIMO 8 × 128 @ 1 warp 0.2535, 16 × 128 @ 1 warp 0.262; eighth session, after MIMO's pair
 blocks were rotated in registers: MIMO 8 × 128 @ 1 / 2 / 4 warps 0.2336 / 0.372 / 0.511, 16 × 128 @ 1 warp
 0.2391, 32 × 128 @ 1 warp 0.2340; SISO 8 × 128 @ 1 warp 0.1524, 16 × 128 0.1551, 8 × 64 0.1540, 16 × 64
-0.1664, 8 × 32 0.1923).
+0.1664, 8 × 32 0.1923; tenth session, grids in state order and q̃/k̃ computed once per program: SISO 16 × 128 @ 2
+warps 0.139, 8 × 128 0.141; MIMO one program per (row, head) streaming 8 × 128 tiles 0.171 against 0.189 for
+8 programs per head — benchmarks/results/step_sweep_h200.md has the sweep).
+With whole rows per tile a program may also stream several row tiles (row_tiles), computing q̃_r/k̃_r once for
+all of them; holding all of P it writes the small states itself (no second launch), see kernel.py.
 Nothing is staged through shared memory on purpose (only the small reductions of y = h'q̃ and the RMSNorm use it), so the kernels fit every
 architecture's budget with room to spare, and num_stages stays 1 (the N loop has at most a few iterations and
 prefetches its next tile by hand).
@@ -36,6 +40,7 @@ class StepConfig:
     block_n: int           # state columns per tile (power of two)
     num_warps: int         # 1..8: about 32 tile values per thread
     num_stages: int = 1    # the N loop prefetches by hand
+    row_tiles: int = 1     # BLOCK_P-row tiles a program streams (block_n ≥ N only); all of P: no rows kernel
     rows_warps: int = 1    # the small-state kernel (θ', k̃, v of one row and head)
 
 
@@ -45,6 +50,7 @@ class StepProblem:
     dstate: int            # N
     rank: int = 1          # R (1 = SISO)
     rms_norm: bool = False  # the fused RMSNorm over P needs all of P in one program
+    row_heads: int = 0     # batch rows × heads of the call (0: unknown); enough of them → one program each
 
 
 def choose_config(spec, problem: StepProblem) -> StepConfig:
@@ -57,43 +63,56 @@ def choose_config(spec, problem: StepProblem) -> StepConfig:
     # Tile values per thread: 32, fewer where more per-column vectors stay live (ranks > 4) or one program holds
     # all of P (RMSNorm), else ptxas spills (AOT, sm_90: R = 8 at 16 × 64 × 4 warps 12 B; RMSNorm at 64 × 32 ×
     # 2 warps 24 B).
+    row_tiles = 1
     if problem.rms_norm:
         block_p, per_thread = full_p, 16
         block_n = min(full_n, max(16, TILE_ELEMS // block_p))
     elif problem.rank > 4:
         block_p, block_n, per_thread = min(full_p, 8), min(full_n, 64), 8
-    elif problem.rank > 1:              # 8 rows × 128 columns in one warp: 8 programs per head at P = 64
+    elif problem.rank > 1:              # 8 rows × 128 columns in one warp
         # MIMO's R rank vectors per column stay live beside the tile: 32 values per thread; one warp per program,
         # since each warp repeats the R loads and rotations (H200, R = 4, pair blocks: 8 × 128 @ 1 warp 0.2336 ms
         # against 0.372 @ 2 warps and 0.326 for 16 × 128 @ 2 warps)
         block_p, block_n, per_thread = min(full_p, 8), min(full_n, 128), 32
-    else:                               # 8 rows × 128 columns (512-byte rows) in one warp: 8 programs per head at P = 64
-        # (H200, bench_step.py, two sessions: 0.1521 / 0.1524 ms against 0.1545 / 0.1551 for 16 × 128 @ 1 warp)
-        block_p, block_n, per_thread = min(full_p, 8), min(full_n, 128), 32
+        # Whole rows: one program per (row, head) streams all of P, computing q̃_r/k̃_r once instead of once per
+        # 8 rows, and writes the small states itself (H200, tenth session, batch 128: 0.171 ms against 0.191 for
+        # 8 programs per head) — when there are enough (row, head) pairs to fill the GPU (≥ 1024: an H200's 132
+        # SMs hold ≈ 8 of these 250-register programs each); small batches keep 8 programs per head
+        if block_n >= problem.dstate and problem.row_heads >= 1024:
+            row_tiles = full_p // block_p
+    else:                               # 16 rows × 128 columns (512-byte rows) in two warps: 4 programs per head at P = 64
+        # (H200, bench_step.py, batch 128, tenth session with the grids in state order, two runs: 0.1392 / 0.1388 ms
+        # against 0.1414 / 0.1411 for 8 × 128 @ 1 warp, 0.1403 / 0.1399 for 4 × 128, 0.1446 / 0.1449 for one program
+        # per (row, head); before the grid order was fixed 8 × 128 @ 1 warp led, 0.152 against 0.156 for 16 × 128)
+        block_p, block_n, per_thread = min(full_p, 16), min(full_n, 128), 32
     num_warps = max(1, min(8, block_p * block_n // (32 * per_thread)))
     rows_warps = max(1, min(4, problem.rank * full_n // 256))
-    return StepConfig(block_p=block_p, block_n=block_n, num_warps=num_warps, rows_warps=rows_warps)
+    return StepConfig(block_p=block_p, block_n=block_n, num_warps=num_warps, rows_warps=rows_warps,
+                      row_tiles=row_tiles)
 
 
 # Representative problems compiled by the AOT lane: every tile shape the chooser produces for the supported
 # head dims (16..128) and state sizes (16..256), SISO and MIMO, bf16 and fp32 inputs, each output mode.
 _AOT_PROBLEMS = [
-    # (name, P, N, R, input dtype, mode)
-    ("siso_p64_n128_bf16", 64, 128, 1, torch.bfloat16, "siso"),
-    ("siso_p16_n16_fp32", 16, 16, 1, torch.float32, "siso"),
-    ("siso_p128_n256_fp32", 128, 256, 1, torch.float32, "siso"),
-    ("siso_p32_n64_fp16", 32, 64, 1, torch.float16, "siso"),
-    ("mimo4_p64_n128_bf16", 64, 128, 4, torch.bfloat16, "mimo"),
-    ("mimo4_p64_n128_bf16_rmsnorm", 64, 128, 4, torch.bfloat16, "mimo_norm"),
-    ("mimo8_p128_n256_fp32", 128, 256, 8, torch.float32, "mimo"),
-    ("mimo2_p32_n64_bf16_per_rank", 32, 64, 2, torch.bfloat16, "mimo_per_rank"),
+    # (name, P, N, R, input dtype, mode, batch rows × heads)
+    ("siso_p64_n128_bf16", 64, 128, 1, torch.bfloat16, "siso", 32),
+    ("siso_p16_n16_fp32", 16, 16, 1, torch.float32, "siso", 32),
+    ("siso_p128_n256_fp32", 128, 256, 1, torch.float32, "siso", 32),
+    ("siso_p32_n64_fp16", 32, 64, 1, torch.float16, "siso", 32),
+    ("mimo4_p64_n128_bf16", 64, 128, 4, torch.bfloat16, "mimo", 32),
+    ("mimo4_p64_n128_bf16_large_batch", 64, 128, 4, torch.bfloat16, "mimo", 1024),   # one program per row, head
+    ("mimo4_p128_n64_fp32_large_batch", 128, 64, 4, torch.float32, "mimo", 1024),
+    ("mimo4_p64_n128_bf16_rmsnorm", 64, 128, 4, torch.bfloat16, "mimo_norm", 32),
+    ("mimo8_p128_n256_fp32", 128, 256, 8, torch.float32, "mimo", 32),
+    ("mimo2_p32_n64_bf16_per_rank", 32, 64, 2, torch.bfloat16, "mimo_per_rank", 32),
 ]
 
 
-def _example(P, N, R, dtype, mode, bsz=4, nheads=8):
+def _example(P, N, R, dtype, mode, row_heads, bsz=4):
     """The launches of a call with CPU tensors shaped like a real one (dtype and alignment matter to compiling)."""
     from .launch import build_launches
 
+    nheads = row_heads // bsz
     siso = mode == "siso"
     A = N // 4
     f32 = torch.float32
@@ -120,17 +139,18 @@ def aot_launches(arch: int):
     from ...testing.aot import KernelLaunch
 
     out = []
-    for name, P, N, R, dtype, mode in _AOT_PROBLEMS:
-        for kernel, args, meta, _grid in _example(P, N, R, dtype, mode):
+    for name, P, N, R, dtype, mode, row_heads in _AOT_PROBLEMS:
+        for kernel, args, meta, _grid in _example(P, N, R, dtype, mode, row_heads):
             out.append(KernelLaunch(name=f"{kernel.__name__}[{name}]", kernel=kernel, args=args, meta=meta))
     return out
 
 
 def describe(spec):
     out = []
-    for name, P, N, R, dtype, mode in _AOT_PROBLEMS:
-        cfg = choose_config(spec, StepProblem(P, N, R, rms_norm=mode == "mimo_norm"))
-        out.append({"kernel": "mamba3_step_kernel + mamba3_step_rows_kernel", "config": asdict(cfg),
+    for name, P, N, R, dtype, mode, row_heads in _AOT_PROBLEMS:
+        cfg = choose_config(spec, StepProblem(P, N, R, rms_norm=mode == "mimo_norm", row_heads=row_heads))
+        out.append({"kernel": "mamba3_step_kernel" if cfg.block_n >= N else "mamba3_step_ntiled_kernel",
+                    "rows_kernel": cfg.block_n < N or cfg.block_p * cfg.row_tiles < P, "config": asdict(cfg),
                     "problem": {"name": name, "headdim": P, "dstate": N, "rank": R, "dtype": str(dtype),
                                 "mode": mode}})
     return out

@@ -1,32 +1,33 @@
 """Triton kernels of the one-token decode step (SISO and MIMO), states updated in place.
 
-Two launches, so that no program ever reads a value another program may already have overwritten:
+The state is read and written once; everything else is small. A step never lets one program read a value another
+program may already have overwritten:
 
-* ``mamba3_step_kernel`` — grid (batch row, head, P tile). Streams its BLOCK_P rows of the fp32 (P × N) state
-  in tiles of BLOCK_P × BLOCK_N, updates them in place and accumulates the outputs y_r = h' q̃_r over the tiles;
-  the output stage (D, RMSNorm over P, gate, rank contraction) runs once at the end on complete rows. It only
-  *reads* the small k̃/θ/v states, so the state can be split over P into many small programs: the step is pure
-  bandwidth, and many small programs in flight per SM are what hides the memory latency (one program per
-  (row, head) owning all of P reached ~70 % of the copy bandwidth on the H200).
-* ``mamba3_step_rows_kernel`` — grid (batch row, head), launched after it: writes the new angle state θ', the
-  new rotated k̃ rows and v. It reads the old θ before overwriting it: a row is replicated over threads, so a
-  barrier separates the loads from the stores (Triton orders a store after a load of the same address only
-  within one thread).
+* ``mamba3_step_kernel`` — whole state rows per tile (BLOCK_N ≥ N). Grid (row-tile group, head, batch row): a
+  program computes θ', q̃_r, k̃_r and loads the previous k̃_r once (in registers, tuples over r), then streams
+  ROW_TILES tiles of BLOCK_P rows of the fp32 (P × N) state, the next tile prefetched, updating each in place and
+  finishing its rows' outputs (D, RMSNorm over P, gate, rank contraction). When one program holds all of P
+  (WRITE_SMALL) it alone has read the old θ, k̃ and v of its (row, head), so it writes the new ones itself after a
+  barrier: one launch.
+* ``mamba3_step_ntiled_kernel`` — N in several tiles (BLOCK_N < N: large N with many ranks): one BLOCK_P-row tile
+  per program, its pair blocks streamed with the next one prefetched, q̃/k̃ computed per block.
+* ``mamba3_step_rows_kernel`` — grid (head, batch row), after either kernel when several programs share a (row,
+  head): writes θ', k̃ and v. It reads the old θ before overwriting it (a barrier between, as above).
 
-One launch, with the last P-tile program of each (row, head) to finish (an acquire-release atomic count) writing
-θ', k̃ and v, was measured slower on the H200 at batch 1, 8 and 128 (SISO 5.38 / 13.2 / 161 µs against 5.07 /
-9.5 / 154 µs): the last arriver's serial tail costs more than the second launch saves.
+Grids run a head's row tiles fastest, then heads, then batch rows, so that consecutive programs stream
+neighbouring parts of the (B, H, P, N) state: with the batch row fastest (programs 2 MB apart), the SISO step took
+0.152 ms at batch 128 on the H200, 0.141 in this order (tenth session).
 
-Rotation: dimension n of x is rotated with its partner dimension p(n) by θ_j(n):
-  adjacent pairs (SISO): j = n // 2, p(n) = n xor 1, x'[n] = x[n]·cos θ_j ∓ x[p(n)]·sin θ_j (− for even n);
-  half split (MIMO):     j = n mod N/2, p(n) = n ± N/2, − for n < N/2;
-dimensions with j ≥ A pass through. The state kernel rotates every pair in registers, one angle per pair and no
-partner loads: SISO's tiles are runs of dimensions starting at an even one (both members of each adjacent pair);
-MIMO's tiles are pair blocks, BLOCK_N/2 columns [j0, j0 + BLOCK_N/2) of the first half with the same columns of
-the second half, held as two half tiles (where loading each dimension's partner by a gather read q, k and their
-biases twice and computed every angle twice). The rows kernel, which runs once per (row, head), gathers the
-partners. Both kernels compute θ' with the same helper from the old angle state, so the angles used for q̃/k̃
-and the stored θ' agree bit for bit.
+One launch with the last of a (row, head)'s programs to finish (an acquire-release atomic count) writing θ', k̃
+and v was measured slower on the H200 (SISO 5.38 / 13.2 / 161 µs against 5.07 / 9.5 / 154 µs at batch 1, 8, 128):
+the last arriver's serial tail costs more than the second launch saves.
+
+Rotation: pair j of x is rotated by θ_j as (lo, hi) → (lo·cos − hi·sin, lo·sin + hi·cos), where
+  adjacent pairs (SISO): lo = x[2j], hi = x[2j + 1] (a contiguous run, split in registers);
+  half split (MIMO):     lo = x[j],  hi = x[N/2 + j] (two half-row loads);
+pairs j ≥ A pass through. Every tile and vector is held as its (lo, hi) halves, so a pair is rotated in one thread
+by one angle with no partner loads. All kernels compute θ' with the same helper from the old angle state, so the
+angles used for q̃/k̃ and the stored θ' agree bit for bit.
 
 The state's row stride is a compile-time constant (N for every cache this package allocates): the rows of a
 tile are then one base address plus immediate offsets, where a runtime stride kept a 64-bit address per row live
@@ -67,63 +68,6 @@ def _new_angle(sa_row, ang_row, j, mask, dt):
 
 
 @triton.jit
-def _rotation(sa_row, ang_row, nn, dt, N: tl.constexpr, A, ADJACENT: tl.constexpr):
-    """(partner dimension, cos, signed sin) rotating the dimensions nn by θ'."""
-    nmask = nn < N
-    if ADJACENT:
-        j = nn // 2
-        partner = nn ^ 1
-        sign = tl.where((nn % 2) == 0, -1.0, 1.0)
-    else:
-        first = nn < N // 2
-        j = tl.where(first, nn, nn - N // 2)
-        partner = tl.where(first, nn + N // 2, nn - N // 2)
-        sign = tl.where(first, -1.0, 1.0)
-    rot = (j < A) & nmask
-    si, co = sincos(_new_angle(sa_row, ang_row, j, rot, dt))   # θ' ∈ [0, 2π): the short polynomial suffices
-    return partner, tl.where(rot, co, 1.0), tl.where(rot, si, 0.0) * sign
-
-
-@triton.jit
-def _rotated(x_ptr, b_ptr, nn, pn, nmask, c, s):
-    """R(θ)(x + b) on the dimensions nn (any shape), from x and the bias at nn and at the partners pn."""
-    x = (tl.load(x_ptr + nn, mask=nmask, other=0.0).to(tl.float32)
-         + tl.load(b_ptr + nn, mask=nmask, other=0.0).to(tl.float32))
-    xp = (tl.load(x_ptr + pn, mask=nmask, other=0.0).to(tl.float32)
-          + tl.load(b_ptr + pn, mask=nmask, other=0.0).to(tl.float32))
-    return x * c + xp * s
-
-
-@triton.jit
-def _pair_rotation(sa_row, ang_row, jj, dt, A):
-    """(cos θ', sin θ') of the pairs jj (pairs j ≥ A: the identity), adjacent or half-split alike: one angle per
-    pair, where the per-dimension form computes it for both dimensions of the pair."""
-    rot = jj < A
-    si, co = sincos(_new_angle(sa_row, ang_row, jj, rot, dt))
-    return tl.where(rot, co, 1.0), tl.where(rot, si, 0.0)
-
-
-@triton.jit
-def _rotated_pairs(x_ptr, b_ptr, nn, nmask, c, s, BLOCK_N: tl.constexpr):
-    """R(θ)(x + b) on BLOCK_N dimensions nn that start at an even one, by adjacent pairs split in registers (no
-    partner loads)."""
-    x = (tl.load(x_ptr + nn, mask=nmask, other=0.0).to(tl.float32)
-         + tl.load(b_ptr + nn, mask=nmask, other=0.0).to(tl.float32))
-    xe, xo = tl.split(tl.reshape(x, (BLOCK_N // 2, 2)))
-    return tl.reshape(tl.join(xe * c - xo * s, xe * s + xo * c), (BLOCK_N,))
-
-
-@triton.jit
-def _rotated_halves(x_ptr, b_ptr, jj, jmask, c, s, N2):
-    """R(θ)(x + b) on the half-split pairs jj: (first-half columns jj, second-half columns N2 + jj)."""
-    x1 = (tl.load(x_ptr + jj, mask=jmask, other=0.0).to(tl.float32)
-          + tl.load(b_ptr + jj, mask=jmask, other=0.0).to(tl.float32))
-    x2 = (tl.load(x_ptr + N2 + jj, mask=jmask, other=0.0).to(tl.float32)
-          + tl.load(b_ptr + N2 + jj, mask=jmask, other=0.0).to(tl.float32))
-    return x1 * c - x2 * s, x1 * s + x2 * c
-
-
-@triton.jit
 def _rank_inputs(u_new, u_old, psi_row, pp, pmask, HAS_PSI: tl.constexpr):
     """The rows' γv and βv_prev scaled by the rank's ψ (MIMO_V) when there is one."""
     if HAS_PSI:
@@ -134,26 +78,200 @@ def _rank_inputs(u_new, u_old, psi_row, pp, pmask, HAS_PSI: tl.constexpr):
 
 
 @triton.jit
-def _write_small_states(k_row, stride_kr, kb_h, v_row, dt, sa_row, ang_row, sk_row, stride_skr, sv_row, P, A,
-                        N: tl.constexpr, R: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_P: tl.constexpr,
-                        BLOCK_N: tl.constexpr, BLOCK_A: tl.constexpr, ADJACENT: tl.constexpr):
-    """θ' (A), k̃' (R × N) and v (P) of one (row, head) into its angle, k and v state rows. The old θ is read
-    first; a barrier keeps every thread's reads before any thread's stores (a row is replicated over threads)."""
-    jj = tl.arange(0, BLOCK_A)
-    th_new = _new_angle(sa_row, ang_row, jj, jj < A, dt)
-    nn = tl.arange(0, BLOCK_N)
-    nmask = nn < N
-    pn, c, s = _rotation(sa_row, ang_row, nn, dt, N, A, ADJACENT)
+def _load_pairs(ptr, j0, HALF: tl.constexpr, N: tl.constexpr, ADJACENT: tl.constexpr):
+    """(x[lo], x[hi]) in fp32 of the pairs [j0, j0 + HALF) of an N-vector (zeros past its end): adjacent pairs are
+    the columns (2j, 2j + 1), loaded as one run and split in registers; half-split pairs (j, N/2 + j)."""
+    if ADJACENT:
+        nn = 2 * j0 + tl.arange(0, 2 * HALF)
+        x = tl.load(ptr + nn, mask=nn < N, other=0.0).to(tl.float32)
+        lo, hi = tl.split(tl.reshape(x, (HALF, 2)))
+    else:
+        jj = j0 + tl.arange(0, HALF)
+        jmask = jj < N // 2
+        lo = tl.load(ptr + jj, mask=jmask, other=0.0).to(tl.float32)
+        hi = tl.load(ptr + N // 2 + jj, mask=jmask, other=0.0).to(tl.float32)
+    return lo, hi
+
+
+@triton.jit
+def _store_pairs(ptr, j0, lo, hi, HALF: tl.constexpr, N: tl.constexpr, ADJACENT: tl.constexpr):
+    """The inverse of _load_pairs."""
+    ety = ptr.dtype.element_ty
+    if ADJACENT:
+        nn = 2 * j0 + tl.arange(0, 2 * HALF)
+        tl.store(ptr + nn, tl.reshape(tl.join(lo, hi), (2 * HALF,)).to(ety), mask=nn < N)
+    else:
+        jj = j0 + tl.arange(0, HALF)
+        jmask = jj < N // 2
+        tl.store(ptr + jj, lo.to(ety), mask=jmask)
+        tl.store(ptr + N // 2 + jj, hi.to(ety), mask=jmask)
+
+
+@triton.jit
+def _load_pair_tile(row_ptr, pp, pmask, j0, HALF: tl.constexpr, N: tl.constexpr, ROW_STRIDE: tl.constexpr,
+                    ADJACENT: tl.constexpr):
+    """_load_pairs for the state rows pp: (lo, hi) tiles of len(pp) × HALF, streamed (evict first). A j0 past the
+    last pair block loads nothing (the prefetch after the last tile)."""
+    if ADJACENT:
+        nn = 2 * j0 + tl.arange(0, 2 * HALF)
+        mask = pmask[:, None] & (nn < N)[None, :]
+        x = tl.load(row_ptr + pp[:, None] * ROW_STRIDE + nn[None, :], mask=mask, other=0.0,
+                    eviction_policy="evict_first")
+        lo, hi = tl.split(tl.reshape(x, (x.shape[0], HALF, 2)))
+    else:
+        jj = j0 + tl.arange(0, HALF)
+        mask = pmask[:, None] & (jj < N // 2)[None, :]
+        ptr = row_ptr + pp[:, None] * ROW_STRIDE + jj[None, :]
+        lo = tl.load(ptr, mask=mask, other=0.0, eviction_policy="evict_first")
+        hi = tl.load(ptr + N // 2, mask=mask, other=0.0, eviction_policy="evict_first")
+    return lo, hi
+
+
+@triton.jit
+def _store_pair_tile(row_ptr, pp, pmask, j0, lo, hi, HALF: tl.constexpr, N: tl.constexpr,
+                     ROW_STRIDE: tl.constexpr, ADJACENT: tl.constexpr):
+    """The inverse of _load_pair_tile."""
+    ety = row_ptr.dtype.element_ty
+    if ADJACENT:
+        nn = 2 * j0 + tl.arange(0, 2 * HALF)
+        mask = pmask[:, None] & (nn < N)[None, :]
+        x = tl.reshape(tl.join(lo, hi), (lo.shape[0], 2 * HALF))
+        tl.store(row_ptr + pp[:, None] * ROW_STRIDE + nn[None, :], x.to(ety), mask=mask,
+                 eviction_policy="evict_first")
+    else:
+        jj = j0 + tl.arange(0, HALF)
+        mask = pmask[:, None] & (jj < N // 2)[None, :]
+        ptr = row_ptr + pp[:, None] * ROW_STRIDE + jj[None, :]
+        tl.store(ptr, lo.to(ety), mask=mask, eviction_policy="evict_first")
+        tl.store(ptr + N // 2, hi.to(ety), mask=mask, eviction_policy="evict_first")
+
+
+@triton.jit
+def _rotated_pair(x_ptr, b_ptr, j0, c, s, HALF: tl.constexpr, N: tl.constexpr, ADJACENT: tl.constexpr):
+    """R(θ)(x + b) on the pairs [j0, j0 + HALF), as (lo, hi)."""
+    x_lo, x_hi = _load_pairs(x_ptr, j0, HALF, N, ADJACENT)
+    b_lo, b_hi = _load_pairs(b_ptr, j0, HALF, N, ADJACENT)
+    x_lo += b_lo
+    x_hi += b_hi
+    return x_lo * c - x_hi * s, x_lo * s + x_hi * c
+
+
+@triton.jit
+def _pair_angles(sa_row, ang_row, j0, dt, A, HALF: tl.constexpr):
+    """(θ', cos θ', sin θ') of the pairs [j0, j0 + HALF); pairs j ≥ A are not rotated (cos 1, sin 0)."""
+    jj = j0 + tl.arange(0, HALF)
+    rot = jj < A
+    theta = _new_angle(sa_row, ang_row, jj, rot, dt)
+    si, co = sincos(theta)   # θ' ∈ [0, 2π): the short polynomial suffices
+    return theta, tl.where(rot, co, 1.0), tl.where(rot, si, 0.0)
+
+
+@triton.jit
+def _pair_vectors(q_row, stride_qr, k_row, stride_kr, qb_h, kb_h, sk_row, stride_skr, sa_row, ang_row, j0, dt, A,
+                  N: tl.constexpr, R: tl.constexpr, HALF: tl.constexpr, ADJACENT: tl.constexpr):
+    """What a tile of the pairs [j0, j0 + HALF) needs besides the state, rotated in registers (one angle per pair,
+    no partner loads): θ' of the pairs, and per rank (tuples over r, each entry (lo, hi)) q̃_r, k̃_r and the
+    previous step's k̃_r (the k state)."""
+    theta, c, s = _pair_angles(sa_row, ang_row, j0, dt, A, HALF)
+    q_rot = ()
+    k_rot = ()
+    k_old = ()
+    for r in tl.static_range(R):
+        k_rot = k_rot + (_rotated_pair(k_row + r * stride_kr, kb_h + r * N, j0, c, s, HALF, N, ADJACENT),)
+        k_old = k_old + (_load_pairs(sk_row + r * stride_skr, j0, HALF, N, ADJACENT),)
+        q_rot = q_rot + (_rotated_pair(q_row + r * stride_qr, qb_h + r * N, j0, c, s, HALF, N, ADJACENT),)
+    return theta, q_rot, k_rot, k_old
+
+
+@triton.jit
+def _update_pair_tile(lo, hi, alpha, u_new, u_old, q_rot, k_rot, k_old, mv_h, pp, pmask, P,
+                      R: tl.constexpr, BLOCK_R: tl.constexpr, HAS_PSI: tl.constexpr):
+    """One (lo, hi) state tile: h' = α h + Σ_r (γ v ψ_r) k̃_rᵀ + (β v_prev ψ_r) k̃_prev,rᵀ, one FMA per term, and
+    the tile's part of y_r = h' q̃_r. Returns (lo', hi', y (rows × BLOCK_R))."""
+    lo = alpha * lo.to(tl.float32)
+    hi = alpha * hi.to(tl.float32)
+    for r in tl.static_range(R):
+        un, uo = _rank_inputs(u_new, u_old, mv_h + r * P, pp, pmask, HAS_PSI)
+        k_lo, k_hi = k_rot[r]
+        ko_lo, ko_hi = k_old[r]
+        lo = lo + un[:, None] * k_lo[None, :]
+        lo = lo + uo[:, None] * ko_lo[None, :]
+        hi = hi + un[:, None] * k_hi[None, :]
+        hi = hi + uo[:, None] * ko_hi[None, :]
     rr = tl.arange(0, BLOCK_R)
-    rnmask = (rr < R)[:, None] & nmask[None, :]
-    k_new = _rotated(k_row + rr[:, None] * stride_kr, kb_h + rr[:, None] * N, nn[None, :], pn[None, :], rnmask,
-                     c[None, :], s[None, :])
-    pp = tl.arange(0, BLOCK_P)
-    v = tl.load(v_row + pp, mask=pp < P)
+    y = tl.zeros((lo.shape[0], BLOCK_R), dtype=tl.float32)
+    for r in tl.static_range(R):
+        q_lo, q_hi = q_rot[r]
+        yr = tl.sum(lo * q_lo[None, :] + hi * q_hi[None, :], axis=1)
+        y += tl.where(rr[None, :] == r, yr[:, None], 0.0)
+    return lo, hi, y
+
+
+@triton.jit
+def _finish_rows(y, v, zz, Dh, b, h, pp, pmask, P, H, norm_eps, mv_ptr, mz_ptr, mo_ptr, nw_ptr, out_ptr,
+                 R: tl.constexpr, BLOCK_R: tl.constexpr, HAS_D: tl.constexpr, HAS_Z: tl.constexpr,
+                 HAS_PSI: tl.constexpr, HAS_ZETA: tl.constexpr, HAS_PHI: tl.constexpr, PER_RANK: tl.constexpr,
+                 RMS_NORM: tl.constexpr, HAS_NW: tl.constexpr):
+    """The output stage of complete rows pp from y (rows × BLOCK_R): D, the RMSNorm over P (all of P in pp),
+    the gate, the rank contraction or the per-rank output."""
+    rr = tl.arange(0, BLOCK_R)
+    rp = (h * R + rr[None, :]) * P + pp[:, None]    # (rows, R): a row reduction of a tile lands in it as is
+    rpmask = pmask[:, None] & (rr < R)[None, :]
+    if HAS_D:
+        if HAS_PSI:
+            y += Dh * v[:, None] * tl.load(mv_ptr + rp, mask=rpmask, other=0.0).to(tl.float32)
+        else:
+            y += Dh * v[:, None]
+    y = tl.where(rpmask, y, 0.0)
+    if RMS_NORM:
+        ms = tl.sum(y * y, axis=0) / P
+        y = y * tl.rsqrt(ms + norm_eps)[None, :]
+        if HAS_NW:
+            y = y * tl.load(nw_ptr + h * P + pp, mask=pmask, other=0.0).to(tl.float32)[:, None]
+    if HAS_Z:
+        if HAS_ZETA:
+            gate = zz[:, None] * tl.load(mz_ptr + rp, mask=rpmask, other=0.0).to(tl.float32)
+        else:
+            gate = zz[:, None] + tl.zeros_like(y)
+        y = y * gate * tl.sigmoid(gate)
+    if PER_RANK:
+        tl.store(out_ptr + ((b * R + rr[None, :]) * H + h) * P + pp[:, None], y.to(out_ptr.dtype.element_ty),
+                 mask=rpmask)
+    else:
+        if HAS_PHI:
+            y = y * tl.load(mo_ptr + rp, mask=rpmask, other=0.0).to(tl.float32)
+        tl.store(out_ptr + (b * H + h) * P + pp, tl.sum(y, axis=1).to(out_ptr.dtype.element_ty), mask=pmask)
+
+
+@triton.jit
+def _zero_rows(out_ptr, b, h, pp, pmask, H, P, R: tl.constexpr, BLOCK_R: tl.constexpr, PER_RANK: tl.constexpr):
+    """The output of rows pp of a padded slot (negative state index): zeros."""
+    if PER_RANK:
+        rr = tl.arange(0, BLOCK_R)
+        tl.store(out_ptr + ((b * R + rr[None, :]) * H + h) * P + pp[:, None],
+                 tl.zeros((pp.shape[0], BLOCK_R), dtype=out_ptr.dtype.element_ty),
+                 mask=pmask[:, None] & (rr < R)[None, :])
+    else:
+        tl.store(out_ptr + (b * H + h) * P + pp, tl.zeros(pp.shape, dtype=out_ptr.dtype.element_ty), mask=pmask)
+
+
+@triton.jit
+def _store_small_states(theta, k_rot, v_row, sa_row, sk_row, stride_skr, sv_row, P, A, N: tl.constexpr,
+                        R: tl.constexpr, HALF: tl.constexpr, BLOCK_P: tl.constexpr, ROW_TILES: tl.constexpr,
+                        ADJACENT: tl.constexpr):
+    """θ' (the pairs [0, HALF) ⊇ [0, A)), k̃ (R × N, tuples over r of (lo, hi)) and v (ROW_TILES × BLOCK_P ≥ P) of one
+    (row, head) into its angle, k and v state rows, by the only program that read the old ones. A row is
+    replicated over threads, so a barrier keeps every thread's reads of the old values before any thread's
+    stores (Triton orders a store after a load of the same address only within one thread)."""
     tl.debug_barrier()
-    tl.store(sa_row + jj, th_new.to(sa_row.dtype.element_ty), mask=jj < A)
-    tl.store(sk_row + rr[:, None] * stride_skr + nn[None, :], k_new.to(sk_row.dtype.element_ty), mask=rnmask)
-    tl.store(sv_row + pp, v.to(sv_row.dtype.element_ty), mask=pp < P)
+    jj = tl.arange(0, HALF)
+    tl.store(sa_row + jj, theta.to(sa_row.dtype.element_ty), mask=jj < A)
+    for r in tl.static_range(R):
+        k_lo, k_hi = k_rot[r]
+        _store_pairs(sk_row + r * stride_skr, 0, k_lo, k_hi, HALF, N, ADJACENT)
+    for t in range(ROW_TILES):
+        pp = t * BLOCK_P + tl.arange(0, BLOCK_P)
+        tl.store(sv_row + pp, tl.load(v_row + pp, mask=pp < P).to(sv_row.dtype.element_ty), mask=pp < P)
 
 
 @triton.jit
@@ -163,6 +281,28 @@ def _state_row(sbi_ptr, b, HAS_SBI: tl.constexpr):
         return tl.load(sbi_ptr + b).to(tl.int64)
     else:
         return b.to(tl.int64)
+
+
+@triton.jit
+def _head_scalars(adt_ptr, dt_ptr, trap_ptr, b, h, H):
+    """(dt, α = e^a, γ = λ·dt, β = (1 − λ)·dt·α) of one (row, head), fp32."""
+    a = tl.load(adt_ptr + b * H + h).to(tl.float32)
+    dt = tl.load(dt_ptr + b * H + h).to(tl.float32)
+    lam = tl.sigmoid(tl.load(trap_ptr + b * H + h).to(tl.float32))
+    alpha = tl.exp(a)
+    return dt, alpha, lam * dt, (1.0 - lam) * dt * alpha
+
+
+@triton.jit
+def _row_inputs(v_row, sv_row, z_row, pp, pmask, HAS_Z: tl.constexpr):
+    """v, the previous v (the v state) and z of the rows pp, fp32 (z: zeros without a gate)."""
+    v = tl.load(v_row + pp, mask=pmask, other=0.0).to(tl.float32)
+    vprev = tl.load(sv_row + pp, mask=pmask, other=0.0).to(tl.float32)
+    if HAS_Z:
+        zz = tl.load(z_row + pp, mask=pmask, other=0.0).to(tl.float32)
+    else:
+        zz = tl.zeros_like(v)
+    return v, vprev, zz
 
 
 @triton.jit
@@ -177,145 +317,118 @@ def mamba3_step_kernel(
     H, heads_per_group, P, A, norm_eps,
     N: tl.constexpr,
     R: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr,
+    ROW_TILES: tl.constexpr, WRITE_SMALL: tl.constexpr,
     ADJACENT: tl.constexpr, HAS_SBI: tl.constexpr, HAS_D: tl.constexpr,
     HAS_Z: tl.constexpr, HAS_PSI: tl.constexpr, HAS_ZETA: tl.constexpr, HAS_PHI: tl.constexpr,
     PER_RANK: tl.constexpr, RMS_NORM: tl.constexpr, HAS_NW: tl.constexpr,
 ):
-    HALF: tl.constexpr = BLOCK_N // 2   # half-split tiles: BLOCK_N columns = HALF pairs
-    N2: tl.constexpr = N // 2
-    b = tl.program_id(0)
+    """Whole state rows (BLOCK_N ≥ N): ROW_TILES tiles of BLOCK_P rows per program, streamed with the next one
+    prefetched, after q̃, k̃, the previous k̃ and θ' were computed once for the program. WRITE_SMALL (one program
+    holds all of P): the program also writes θ', k̃ and v at the end (no rows kernel)."""
+    HALF: tl.constexpr = BLOCK_N // 2   # pairs per tile: all of them
+    b = tl.program_id(2)
     h = tl.program_id(1)
     srow = _state_row(sbi_ptr, b, HAS_SBI)
     b = b.to(tl.int64)
-    pp = tl.program_id(2) * BLOCK_P + tl.arange(0, BLOCK_P)
-    pmask = pp < P
-    rr = tl.arange(0, BLOCK_R)
-    # (P, R) orientation of the rank outputs: a row reduction of the state tile lands in it without a layout change
-    rp = (h * R + rr[None, :]) * P + pp[:, None]
-    rpmask = pmask[:, None] & (rr < R)[None, :]
+    p0 = tl.program_id(0) * (BLOCK_P * ROW_TILES)
     if srow >= 0:
         g = h // heads_per_group
         ss_row = ss_ptr + srow * stride_ssb + h * stride_ssh
         sa_row = sa_ptr + srow * stride_sab + h * stride_sah
         sk_row = sk_ptr + srow * stride_skb + h * stride_skh
-        ang_row = ang_ptr + b * stride_angb + h * stride_angh
-        q_row = q_ptr + b * stride_qb + g * stride_qg
-        k_row = k_ptr + b * stride_kb + g * stride_kg
-        # The loads nothing else waits for are issued before any arithmetic, the state tile first (warps issue
-        # in order: an early use of a loaded value would hold back every load behind it).
-        if ADJACENT:
-            nn = tl.arange(0, BLOCK_N)
-            hmask = pmask[:, None] & (nn < N)[None, :]
-            state = tl.load(ss_row + pp[:, None] * stride_ssp + nn[None, :], mask=hmask, other=0.0,
-                            eviction_policy="evict_first")
-        else:  # the first pair block: columns [0, HALF) of both halves
-            jj = tl.arange(0, HALF)
-            hmask = pmask[:, None] & (jj < N2)[None, :]
-            lo_ptr = ss_row + pp[:, None] * stride_ssp + jj[None, :]
-            state_lo = tl.load(lo_ptr, mask=hmask, other=0.0, eviction_policy="evict_first")
-            state_hi = tl.load(lo_ptr + N2, mask=hmask, other=0.0, eviction_policy="evict_first")
-        a = tl.load(adt_ptr + b * H + h)
-        dt = tl.load(dt_ptr + b * H + h)
-        trap = tl.load(trap_ptr + b * H + h)
-        v = tl.load(v_ptr + b * stride_vb + h * stride_vh + pp, mask=pmask, other=0.0).to(tl.float32)
-        vprev = tl.load(sv_ptr + srow * stride_svb + h * stride_svh + pp, mask=pmask, other=0.0).to(tl.float32)
-        if HAS_Z:
-            zz = tl.load(z_ptr + b * stride_zb + h * stride_zh + pp, mask=pmask, other=0.0).to(tl.float32)
+        sv_row = sv_ptr + srow * stride_svb + h * stride_svh
+        v_row = v_ptr + b * stride_vb + h * stride_vh
+        # The first state tile is requested before anything else (warps issue in order: an early use of a
+        # loaded value would hold back every load behind it).
+        pp = p0 + tl.arange(0, BLOCK_P)
+        lo, hi = _load_pair_tile(ss_row, pp, pp < P, 0, HALF, N, stride_ssp, ADJACENT)
+        dt, alpha, gamma, beta = _head_scalars(adt_ptr, dt_ptr, trap_ptr, b, h, H)
         if HAS_D:
             Dh = tl.load(D_ptr + h).to(tl.float32)
-
-        dt = dt.to(tl.float32)
-        lam = tl.sigmoid(trap.to(tl.float32))
-        alpha = tl.exp(a.to(tl.float32))
-        u_new = (lam * dt) * v                      # γ v
-        u_old = ((1.0 - lam) * dt * alpha) * vprev  # β v_prev
-
-        y = tl.zeros((BLOCK_P, BLOCK_R), dtype=tl.float32)
-        if ADJACENT:
-            for n0 in range(0, N, BLOCK_N):
-                nn = n0 + tl.arange(0, BLOCK_N)
-                nmask = nn < N
-                hptr = ss_row + pp[:, None] * stride_ssp + nn[None, :]
-                if N > BLOCK_N:  # prefetch the next tile (masked off after the last one) while this one is updated
-                    next_mask = pmask[:, None] & (nn + BLOCK_N < N)[None, :]
-                    state_next = tl.load(hptr + BLOCK_N, mask=next_mask, other=0.0, eviction_policy="evict_first")
-                c, s = _pair_rotation(sa_row, ang_row, n0 // 2 + tl.arange(0, BLOCK_N // 2), dt, A)
-                state = alpha * state.to(tl.float32)
-                for r in tl.static_range(R):
-                    k_rot = _rotated_pairs(k_row + r * stride_kr, kb_ptr + (h * R + r) * N, nn, nmask, c, s, BLOCK_N)
-                    k_old = tl.load(sk_row + r * stride_skr + nn, mask=nmask, other=0.0).to(tl.float32)
-                    un, uo = _rank_inputs(u_new, u_old, mv_ptr + (h * R + r) * P, pp, pmask, HAS_PSI)
-                    state += un[:, None] * k_rot[None, :] + uo[:, None] * k_old[None, :]
-                # y before the store: the q loads can then be hoisted (no load moves above a possibly aliasing store)
-                for r in tl.static_range(R):
-                    q_rot = _rotated_pairs(q_row + r * stride_qr, qb_ptr + (h * R + r) * N, nn, nmask, c, s,
-                                           BLOCK_N)
-                    y += tl.where(rr[None, :] == r, tl.sum(state * q_rot[None, :], axis=1)[:, None], 0.0)
-                tl.store(hptr, state.to(ss_ptr.dtype.element_ty), mask=hmask, eviction_policy="evict_first")
-                if N > BLOCK_N:
-                    state, hmask = state_next, next_mask
-        else:  # half split: pair blocks [j0, j0 + HALF) of both halves, so a pair's two columns share a thread
-            for j0 in range(0, N2, HALF):
-                jj = j0 + tl.arange(0, HALF)
-                jmask = jj < N2
-                lo_ptr = ss_row + pp[:, None] * stride_ssp + jj[None, :]
-                if N2 > HALF:  # prefetch the next pair block
-                    next_mask = pmask[:, None] & (jj + HALF < N2)[None, :]
-                    next_lo = tl.load(lo_ptr + HALF, mask=next_mask, other=0.0, eviction_policy="evict_first")
-                    next_hi = tl.load(lo_ptr + HALF + N2, mask=next_mask, other=0.0, eviction_policy="evict_first")
-                c, s = _pair_rotation(sa_row, ang_row, jj, dt, A)  # A ≤ N/2: masked pairs are not rotated
-                state_lo = alpha * state_lo.to(tl.float32)
-                state_hi = alpha * state_hi.to(tl.float32)
-                for r in tl.static_range(R):
-                    k1, k2 = _rotated_halves(k_row + r * stride_kr, kb_ptr + (h * R + r) * N, jj, jmask, c, s, N2)
-                    ko_row = sk_row + r * stride_skr
-                    ko1 = tl.load(ko_row + jj, mask=jmask, other=0.0).to(tl.float32)
-                    ko2 = tl.load(ko_row + N2 + jj, mask=jmask, other=0.0).to(tl.float32)
-                    un, uo = _rank_inputs(u_new, u_old, mv_ptr + (h * R + r) * P, pp, pmask, HAS_PSI)
-                    state_lo += un[:, None] * k1[None, :] + uo[:, None] * ko1[None, :]
-                    state_hi += un[:, None] * k2[None, :] + uo[:, None] * ko2[None, :]
-                for r in tl.static_range(R):
-                    q1, q2 = _rotated_halves(q_row + r * stride_qr, qb_ptr + (h * R + r) * N, jj, jmask, c, s, N2)
-                    yr = tl.sum(state_lo * q1[None, :] + state_hi * q2[None, :], axis=1)
-                    y += tl.where(rr[None, :] == r, yr[:, None], 0.0)
-                tl.store(lo_ptr, state_lo.to(ss_ptr.dtype.element_ty), mask=hmask, eviction_policy="evict_first")
-                tl.store(lo_ptr + N2, state_hi.to(ss_ptr.dtype.element_ty), mask=hmask,
-                         eviction_policy="evict_first")
-                if N2 > HALF:
-                    state_lo, state_hi, hmask = next_lo, next_hi, next_mask
-
-        # output stage on complete rows: y is (P, R)
-        if HAS_D:
-            if HAS_PSI:
-                y += Dh * v[:, None] * tl.load(mv_ptr + rp, mask=rpmask, other=0.0).to(tl.float32)
-            else:
-                y += Dh * v[:, None]
-        y = tl.where(rpmask, y, 0.0)
-        if RMS_NORM:  # the launcher makes one P tile hold all of P
-            ms = tl.sum(y * y, axis=0) / P
-            y = y * tl.rsqrt(ms + norm_eps)[None, :]
-            if HAS_NW:
-                y = y * tl.load(nw_ptr + h * P + pp, mask=pmask, other=0.0).to(tl.float32)[:, None]
-        if HAS_Z:
-            if HAS_ZETA:
-                gate = zz[:, None] * tl.load(mz_ptr + rp, mask=rpmask, other=0.0).to(tl.float32)
-            else:
-                gate = zz[:, None] + tl.zeros((BLOCK_P, BLOCK_R), dtype=tl.float32)
-            y = y * gate * tl.sigmoid(gate)
-        if PER_RANK:
-            optr = out_ptr + ((b * R + rr[None, :]) * H + h) * P + pp[:, None]
-            tl.store(optr, y.to(out_ptr.dtype.element_ty), mask=rpmask)
         else:
-            if HAS_PHI:
-                y = y * tl.load(mo_ptr + rp, mask=rpmask, other=0.0).to(tl.float32)
-            tl.store(out_ptr + (b * H + h) * P + pp, tl.sum(y, axis=1).to(out_ptr.dtype.element_ty), mask=pmask)
+            Dh = 0.0
+        theta, q_rot, k_rot, k_old = _pair_vectors(
+            q_ptr + b * stride_qb + g * stride_qg, stride_qr, k_ptr + b * stride_kb + g * stride_kg, stride_kr,
+            qb_ptr + h * R * N, kb_ptr + h * R * N, sk_row, stride_skr, sa_row,
+            ang_ptr + b * stride_angb + h * stride_angh, 0, dt, A, N, R, HALF, ADJACENT)
+        for t in range(ROW_TILES):
+            pp = p0 + t * BLOCK_P + tl.arange(0, BLOCK_P)
+            pmask = pp < P
+            if ROW_TILES > 1:  # the next tile (nothing after the last one)
+                next_rows = pp + BLOCK_P
+                next_lo, next_hi = _load_pair_tile(ss_row, next_rows, (next_rows < P) & (t + 1 < ROW_TILES), 0,
+                                                   HALF, N, stride_ssp, ADJACENT)
+            v, vprev, zz = _row_inputs(v_row, sv_row, z_ptr + b * stride_zb + h * stride_zh, pp, pmask, HAS_Z)
+            lo, hi, y = _update_pair_tile(lo, hi, alpha, gamma * v, beta * vprev, q_rot, k_rot, k_old,
+                                          mv_ptr + h * R * P, pp, pmask, P, R, BLOCK_R, HAS_PSI)
+            _store_pair_tile(ss_row, pp, pmask, 0, lo, hi, HALF, N, stride_ssp, ADJACENT)
+            _finish_rows(y, v, zz, Dh, b, h, pp, pmask, P, H, norm_eps, mv_ptr, mz_ptr, mo_ptr, nw_ptr, out_ptr,
+                         R, BLOCK_R, HAS_D, HAS_Z, HAS_PSI, HAS_ZETA, HAS_PHI, PER_RANK, RMS_NORM, HAS_NW)
+            if ROW_TILES > 1:
+                lo, hi = next_lo, next_hi
+        if WRITE_SMALL:  # every old θ, k̃ and v of this (row, head) has been read, by this program alone
+            _store_small_states(theta, k_rot, v_row, sa_row, sk_row, stride_skr, sv_row, P, A, N, R, HALF, BLOCK_P,
+                                ROW_TILES, ADJACENT)
     else:
-        if PER_RANK:
-            optr = out_ptr + ((b * R + rr[None, :]) * H + h) * P + pp[:, None]
-            tl.store(optr, tl.zeros((BLOCK_P, BLOCK_R), dtype=out_ptr.dtype.element_ty), mask=rpmask)
+        for t in range(ROW_TILES):
+            pp = p0 + t * BLOCK_P + tl.arange(0, BLOCK_P)
+            _zero_rows(out_ptr, b, h, pp, pp < P, H, P, R, BLOCK_R, PER_RANK)
+
+
+@triton.jit
+def mamba3_step_ntiled_kernel(
+    q_ptr, k_ptr, v_ptr, z_ptr, adt_ptr, dt_ptr, trap_ptr, ang_ptr,
+    qb_ptr, kb_ptr, D_ptr, mv_ptr, mz_ptr, mo_ptr, nw_ptr,
+    sa_ptr, ss_ptr, sk_ptr, sv_ptr, sbi_ptr, out_ptr,
+    stride_qb, stride_qr, stride_qg, stride_kb, stride_kr, stride_kg,
+    stride_vb, stride_vh, stride_zb, stride_zh, stride_angb, stride_angh,
+    stride_sab, stride_sah, stride_ssb, stride_ssh, stride_ssp: tl.constexpr,
+    stride_skb, stride_skr, stride_skh, stride_svb, stride_svh,
+    H, heads_per_group, P, A, norm_eps,
+    N: tl.constexpr,
+    R: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr,
+    ADJACENT: tl.constexpr, HAS_SBI: tl.constexpr, HAS_D: tl.constexpr,
+    HAS_Z: tl.constexpr, HAS_PSI: tl.constexpr, HAS_ZETA: tl.constexpr, HAS_PHI: tl.constexpr,
+    PER_RANK: tl.constexpr, RMS_NORM: tl.constexpr, HAS_NW: tl.constexpr,
+):
+    """Rows in several tiles of BLOCK_N columns (BLOCK_N < N): one tile of BLOCK_P rows per program, its pair blocks
+    streamed with the next one prefetched, q̃/k̃ computed per block. The rows kernel writes θ', k̃ and v after it."""
+    HALF: tl.constexpr = BLOCK_N // 2   # pairs per tile
+    b = tl.program_id(2)
+    h = tl.program_id(1)
+    srow = _state_row(sbi_ptr, b, HAS_SBI)
+    b = b.to(tl.int64)
+    pp = tl.program_id(0) * BLOCK_P + tl.arange(0, BLOCK_P)
+    pmask = pp < P
+    if srow >= 0:
+        g = h // heads_per_group
+        ss_row = ss_ptr + srow * stride_ssb + h * stride_ssh
+        lo, hi = _load_pair_tile(ss_row, pp, pmask, 0, HALF, N, stride_ssp, ADJACENT)
+        dt, alpha, gamma, beta = _head_scalars(adt_ptr, dt_ptr, trap_ptr, b, h, H)
+        v, vprev, zz = _row_inputs(v_ptr + b * stride_vb + h * stride_vh,
+                                   sv_ptr + srow * stride_svb + h * stride_svh,
+                                   z_ptr + b * stride_zb + h * stride_zh, pp, pmask, HAS_Z)
+        if HAS_D:
+            Dh = tl.load(D_ptr + h).to(tl.float32)
         else:
-            tl.store(out_ptr + (b * H + h) * P + pp, tl.zeros((BLOCK_P,), dtype=out_ptr.dtype.element_ty),
-                     mask=pmask)
+            Dh = 0.0
+        y = tl.zeros((BLOCK_P, BLOCK_R), dtype=tl.float32)
+        for j0 in range(0, N // 2, HALF):
+            next_lo, next_hi = _load_pair_tile(ss_row, pp, pmask, j0 + HALF, HALF, N, stride_ssp, ADJACENT)
+            _theta, q_rot, k_rot, k_old = _pair_vectors(
+                q_ptr + b * stride_qb + g * stride_qg, stride_qr, k_ptr + b * stride_kb + g * stride_kg, stride_kr,
+                qb_ptr + h * R * N, kb_ptr + h * R * N, sk_ptr + srow * stride_skb + h * stride_skh, stride_skr,
+                sa_ptr + srow * stride_sab + h * stride_sah, ang_ptr + b * stride_angb + h * stride_angh, j0, dt,
+                A, N, R, HALF, ADJACENT)
+            lo, hi, y_part = _update_pair_tile(lo, hi, alpha, gamma * v, beta * vprev, q_rot, k_rot, k_old,
+                                               mv_ptr + h * R * P, pp, pmask, P, R, BLOCK_R, HAS_PSI)
+            y += y_part
+            _store_pair_tile(ss_row, pp, pmask, j0, lo, hi, HALF, N, stride_ssp, ADJACENT)
+            lo, hi = next_lo, next_hi
+        _finish_rows(y, v, zz, Dh, b, h, pp, pmask, P, H, norm_eps, mv_ptr, mz_ptr, mo_ptr, nw_ptr, out_ptr,
+                     R, BLOCK_R, HAS_D, HAS_Z, HAS_PSI, HAS_ZETA, HAS_PHI, PER_RANK, RMS_NORM, HAS_NW)
+    else:
+        _zero_rows(out_ptr, b, h, pp, pmask, H, P, R, BLOCK_R, PER_RANK)
 
 
 @triton.jit
@@ -324,19 +437,26 @@ def mamba3_step_rows_kernel(
     stride_kb, stride_kr, stride_kg, stride_vb, stride_vh, stride_angb, stride_angh,
     stride_sab, stride_sah, stride_skb, stride_skr, stride_skh, stride_svb, stride_svh,
     H, heads_per_group, P, A,
-    N: tl.constexpr, R: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr,
-    BLOCK_A: tl.constexpr, ADJACENT: tl.constexpr, HAS_SBI: tl.constexpr,
+    N: tl.constexpr, R: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr,
+    ADJACENT: tl.constexpr, HAS_SBI: tl.constexpr,
 ):
-    """The new small states of one (row, head): θ' (A), k̃ (R × N) and v (P), after mamba3_step_kernel."""
-    b = tl.program_id(0)
-    h = tl.program_id(1)
+    """The new small states of one (row, head): θ', k̃ (R × N) and v (BLOCK_P ≥ P), after the state kernel (when
+    several programs share a row and head)."""
+    HALF: tl.constexpr = BLOCK_N // 2   # every pair
+    b = tl.program_id(1)
+    h = tl.program_id(0)
     srow = _state_row(sbi_ptr, b, HAS_SBI)
     b = b.to(tl.int64)
     if srow >= 0:
         g = h // heads_per_group
         dt = tl.load(dt_ptr + b * H + h).to(tl.float32)
-        _write_small_states(k_ptr + b * stride_kb + g * stride_kg, stride_kr, kb_ptr + h * R * N,
-                            v_ptr + b * stride_vb + h * stride_vh, dt, sa_ptr + srow * stride_sab + h * stride_sah,
-                            ang_ptr + b * stride_angb + h * stride_angh, sk_ptr + srow * stride_skb + h * stride_skh,
-                            stride_skr, sv_ptr + srow * stride_svb + h * stride_svh, P, A, N, R, BLOCK_R, BLOCK_P,
-                            BLOCK_N, BLOCK_A, ADJACENT)
+        sa_row = sa_ptr + srow * stride_sab + h * stride_sah
+        theta, c, s = _pair_angles(sa_row, ang_ptr + b * stride_angb + h * stride_angh, 0, dt, A, HALF)
+        k_row = k_ptr + b * stride_kb + g * stride_kg
+        k_rot = ()
+        for r in tl.static_range(R):
+            k_rot = k_rot + (_rotated_pair(k_row + r * stride_kr, kb_ptr + (h * R + r) * N, 0, c, s, HALF, N,
+                                           ADJACENT),)
+        _store_small_states(theta, k_rot, v_ptr + b * stride_vb + h * stride_vh, sa_row,
+                            sk_ptr + srow * stride_skb + h * stride_skh, stride_skr,
+                            sv_ptr + srow * stride_svb + h * stride_svh, P, A, N, R, HALF, BLOCK_P, 1, ADJACENT)

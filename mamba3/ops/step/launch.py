@@ -23,7 +23,7 @@ def build_launches(q, k, v, adt, dt, trap, q_bias, k_bias, mimo_v, mimo_z, mimo_
     Inputs only need a unit stride in their last dimension (other strides are passed); small per-head tensors
     are made contiguous. States are used in place and must have a unit last-dimension stride.
     """
-    from .kernel import mamba3_step_kernel, mamba3_step_rows_kernel
+    from .kernel import mamba3_step_kernel, mamba3_step_ntiled_kernel, mamba3_step_rows_kernel
 
     bsz, nheads, headdim = v.shape
     rank, ngroups, dstate = q.shape[1], q.shape[2], q.shape[3]
@@ -41,8 +41,11 @@ def build_launches(q, k, v, adt, dt, trap, q_bias, k_bias, mimo_v, mimo_z, mimo_
     if out is None:
         shape = (bsz, rank, nheads, headdim) if per_rank else (bsz, nheads, headdim)
         out = torch.empty(shape, device=v.device, dtype=v.dtype)
+    if bsz > 65535:
+        raise ValueError(f"step kernel: batch {bsz} exceeds the grid's 65,535 rows; split the batch")
     if config is None:
-        config = choose_config(None, StepProblem(headdim, dstate, rank, rms_norm=bool(rms_norm)))
+        config = choose_config(None, StepProblem(headdim, dstate, rank, rms_norm=bool(rms_norm),
+                                                 row_heads=bsz * nheads))
     if rms_norm and config.block_p < headdim:
         raise ValueError(f"step kernel: the fused RMSNorm needs all of P={headdim} in one program, "
                          f"got block_p={config.block_p}")
@@ -66,9 +69,8 @@ def build_launches(q, k, v, adt, dt, trap, q_bias, k_bias, mimo_v, mimo_z, mimo_
         v_state.stride(0), v_state.stride(1),
         nheads, nheads // ngroups, headdim, nangles, float(norm_eps),
     )
-    common = dict(N=dstate, R=rank, BLOCK_R=next_pow2(rank), ADJACENT=bool(siso),
-                  HAS_SBI=state_batch_indices is not None)
-    state_meta = dict(common, BLOCK_P=config.block_p, BLOCK_N=config.block_n,
+    common = dict(N=dstate, R=rank, ADJACENT=bool(siso), HAS_SBI=state_batch_indices is not None)
+    state_meta = dict(common, BLOCK_R=next_pow2(rank), BLOCK_P=config.block_p, BLOCK_N=config.block_n,
                       HAS_D=D is not None, HAS_Z=z is not None,
                       HAS_PSI=mimo_v is not None, HAS_ZETA=mimo_z is not None and z is not None,
                       HAS_PHI=mimo_out is not None, PER_RANK=per_rank, RMS_NORM=bool(rms_norm),
@@ -80,11 +82,24 @@ def build_launches(q, k, v, adt, dt, trap, q_bias, k_bias, mimo_v, mimo_z, mimo_
         v_state.stride(0), v_state.stride(1),
         nheads, nheads // ngroups, headdim, nangles,
     )
-    rows_meta = dict(common, BLOCK_P=next_pow2(headdim), BLOCK_N=next_pow2(dstate),
-                     BLOCK_A=max(2, next_pow2(nangles)), num_warps=config.rows_warps, num_stages=1)
-    p_tiles = -(-headdim // config.block_p)
-    return [(mamba3_step_kernel, state_args, state_meta, (bsz, nheads, p_tiles)),
-            (mamba3_step_rows_kernel, rows_args, rows_meta, (bsz, nheads))], out
+    rows_meta = dict(common, BLOCK_P=next_pow2(headdim), BLOCK_N=next_pow2(dstate), num_warps=config.rows_warps,
+                     num_stages=1)
+    if config.block_n >= dstate:      # whole rows per tile: P streamed, q̃/k̃ once per program
+        rows_per_program = config.block_p * config.row_tiles
+        state_kernel = mamba3_step_kernel
+        state_meta.update(ROW_TILES=config.row_tiles, WRITE_SMALL=rows_per_program >= headdim)
+    elif config.row_tiles != 1:
+        raise ValueError(f"step kernel: row_tiles={config.row_tiles} needs whole rows per tile (block_n ≥ "
+                         f"N={dstate}), got block_n={config.block_n}")
+    else:
+        rows_per_program = config.block_p
+        state_kernel = mamba3_step_ntiled_kernel
+    # grids run the row tiles of a head fastest, then heads, then batch rows: consecutive programs stream
+    # neighbouring parts of the (B, H, P, N) state (batch rows are H·P·N·4 bytes apart)
+    launches = [(state_kernel, state_args, state_meta, (-(-headdim // rows_per_program), nheads, bsz))]
+    if not state_meta.get("WRITE_SMALL", False):
+        launches.append((mamba3_step_rows_kernel, rows_args, rows_meta, (nheads, bsz)))
+    return launches, out
 
 
 def step_triton(*args, siso, config=None, out=None):
