@@ -149,7 +149,7 @@ def describe(spec):
     out = []
     for name, P, N, R, dtype, mode, row_heads in _AOT_PROBLEMS:
         cfg = choose_config(spec, StepProblem(P, N, R, rms_norm=mode == "mimo_norm", row_heads=row_heads))
-        out.append({"kernel": "mamba3_step_kernel" if cfg.block_n >= N else "mamba3_step_ntiled_kernel",
+        out.append({"kernel": "mamba3_step_kernel", "whole_rows": cfg.block_n >= N,
                     "rows_kernel": cfg.block_n < N or cfg.block_p * cfg.row_tiles < P, "config": asdict(cfg),
                     "problem": {"name": name, "headdim": P, "dstate": N, "rank": R, "dtype": str(dtype),
                                 "mode": mode}})

@@ -3,16 +3,15 @@
 The state is read and written once; everything else is small. A step never lets one program read a value another
 program may already have overwritten:
 
-* ``mamba3_step_kernel`` — whole state rows per tile (BLOCK_N ≥ N). Grid (row-tile group, head, batch row): a
+* ``mamba3_step_kernel`` — grid (row-tile group, head, batch row). With whole state rows per tile (BLOCK_N ≥ N) a
   program computes θ', q̃_r, k̃_r and loads the previous k̃_r once (in registers, tuples over r), then streams
   ROW_TILES tiles of BLOCK_P rows of the fp32 (P × N) state, the next tile prefetched, updating each in place and
   finishing its rows' outputs (D, RMSNorm over P, gate, rank contraction). When one program holds all of P
   (WRITE_SMALL) it alone has read the old θ, k̃ and v of its (row, head), so it writes the new ones itself after a
-  barrier: one launch.
-* ``mamba3_step_ntiled_kernel`` — N in several tiles (BLOCK_N < N: large N with many ranks): one BLOCK_P-row tile
-  per program, its pair blocks streamed with the next one prefetched, q̃/k̃ computed per block.
-* ``mamba3_step_rows_kernel`` — grid (head, batch row), after either kernel when several programs share a (row,
-  head): writes θ', k̃ and v. It reads the old θ before overwriting it (a barrier between, as above).
+  barrier: one launch. With N in several tiles (BLOCK_N < N: large N with many ranks) a program holds one row
+  tile and streams its pair blocks, the next one prefetched, q̃/k̃ computed per block.
+* ``mamba3_step_rows_kernel`` — grid (head, batch row), after the state kernel when several programs share a
+  (row, head): writes θ', k̃ and v. It reads the old θ before overwriting it (a barrier between, as above).
 
 Grids run a head's row tiles fastest, then heads, then batch rows, so that consecutive programs stream
 neighbouring parts of the (B, H, P, N) state: with the batch row fastest (programs 2 MB apart), the SISO step took
@@ -322,10 +321,12 @@ def mamba3_step_kernel(
     HAS_Z: tl.constexpr, HAS_PSI: tl.constexpr, HAS_ZETA: tl.constexpr, HAS_PHI: tl.constexpr,
     PER_RANK: tl.constexpr, RMS_NORM: tl.constexpr, HAS_NW: tl.constexpr,
 ):
-    """Whole state rows (BLOCK_N ≥ N): ROW_TILES tiles of BLOCK_P rows per program, streamed with the next one
-    prefetched, after q̃, k̃, the previous k̃ and θ' were computed once for the program. WRITE_SMALL (one program
-    holds all of P): the program also writes θ', k̃ and v at the end (no rows kernel)."""
-    HALF: tl.constexpr = BLOCK_N // 2   # pairs per tile: all of them
+    """The state update and output of ROW_TILES × BLOCK_P rows of one (batch row, head); see the module docstring.
+
+    Whole rows (BLOCK_N ≥ N): θ', q̃, k̃ and the previous k̃ computed once, then ROW_TILES tiles streamed with the
+    next one prefetched; WRITE_SMALL (all of P here): θ', k̃ and v written at the end. N in several tiles
+    (BLOCK_N < N; ROW_TILES = 1): the pair blocks of the one row tile streamed, q̃/k̃ computed per block."""
+    HALF: tl.constexpr = BLOCK_N // 2   # pairs per tile
     b = tl.program_id(2)
     h = tl.program_id(1)
     srow = _state_row(sbi_ptr, b, HAS_SBI)
@@ -338,97 +339,65 @@ def mamba3_step_kernel(
         sk_row = sk_ptr + srow * stride_skb + h * stride_skh
         sv_row = sv_ptr + srow * stride_svb + h * stride_svh
         v_row = v_ptr + b * stride_vb + h * stride_vh
+        q_row = q_ptr + b * stride_qb + g * stride_qg
+        k_row = k_ptr + b * stride_kb + g * stride_kg
+        ang_row = ang_ptr + b * stride_angb + h * stride_angh
         # The first state tile is requested before anything else (warps issue in order: an early use of a
         # loaded value would hold back every load behind it).
         pp = p0 + tl.arange(0, BLOCK_P)
         lo, hi = _load_pair_tile(ss_row, pp, pp < P, 0, HALF, N, stride_ssp, ADJACENT)
         dt, alpha, gamma, beta = _head_scalars(adt_ptr, dt_ptr, trap_ptr, b, h, H)
-        if HAS_D:
-            Dh = tl.load(D_ptr + h).to(tl.float32)
+        if BLOCK_N >= N:
+            if HAS_D:
+                Dh = tl.load(D_ptr + h).to(tl.float32)
+            else:
+                Dh = 0.0
+            theta, q_rot, k_rot, k_old = _pair_vectors(q_row, stride_qr, k_row, stride_kr, qb_ptr + h * R * N,
+                                                       kb_ptr + h * R * N, sk_row, stride_skr, sa_row, ang_row, 0,
+                                                       dt, A, N, R, HALF, ADJACENT)
+            for t in range(ROW_TILES):
+                pp = p0 + t * BLOCK_P + tl.arange(0, BLOCK_P)
+                pmask = pp < P
+                if ROW_TILES > 1:  # the next tile (nothing after the last one)
+                    next_rows = pp + BLOCK_P
+                    next_lo, next_hi = _load_pair_tile(ss_row, next_rows, (next_rows < P) & (t + 1 < ROW_TILES),
+                                                       0, HALF, N, stride_ssp, ADJACENT)
+                v, vprev, zz = _row_inputs(v_row, sv_row, z_ptr + b * stride_zb + h * stride_zh, pp, pmask, HAS_Z)
+                lo, hi, y = _update_pair_tile(lo, hi, alpha, gamma * v, beta * vprev, q_rot, k_rot, k_old,
+                                              mv_ptr + h * R * P, pp, pmask, P, R, BLOCK_R, HAS_PSI)
+                _store_pair_tile(ss_row, pp, pmask, 0, lo, hi, HALF, N, stride_ssp, ADJACENT)
+                _finish_rows(y, v, zz, Dh, b, h, pp, pmask, P, H, norm_eps, mv_ptr, mz_ptr, mo_ptr, nw_ptr,
+                             out_ptr, R, BLOCK_R, HAS_D, HAS_Z, HAS_PSI, HAS_ZETA, HAS_PHI, PER_RANK, RMS_NORM,
+                             HAS_NW)
+                if ROW_TILES > 1:
+                    lo, hi = next_lo, next_hi
+            if WRITE_SMALL:  # every old θ, k̃ and v of this (row, head) has been read, by this program alone
+                _store_small_states(theta, k_rot, v_row, sa_row, sk_row, stride_skr, sv_row, P, A, N, R, HALF,
+                                    BLOCK_P, ROW_TILES, ADJACENT)
         else:
-            Dh = 0.0
-        theta, q_rot, k_rot, k_old = _pair_vectors(
-            q_ptr + b * stride_qb + g * stride_qg, stride_qr, k_ptr + b * stride_kb + g * stride_kg, stride_kr,
-            qb_ptr + h * R * N, kb_ptr + h * R * N, sk_row, stride_skr, sa_row,
-            ang_ptr + b * stride_angb + h * stride_angh, 0, dt, A, N, R, HALF, ADJACENT)
-        for t in range(ROW_TILES):
-            pp = p0 + t * BLOCK_P + tl.arange(0, BLOCK_P)
             pmask = pp < P
-            if ROW_TILES > 1:  # the next tile (nothing after the last one)
-                next_rows = pp + BLOCK_P
-                next_lo, next_hi = _load_pair_tile(ss_row, next_rows, (next_rows < P) & (t + 1 < ROW_TILES), 0,
-                                                   HALF, N, stride_ssp, ADJACENT)
             v, vprev, zz = _row_inputs(v_row, sv_row, z_ptr + b * stride_zb + h * stride_zh, pp, pmask, HAS_Z)
-            lo, hi, y = _update_pair_tile(lo, hi, alpha, gamma * v, beta * vprev, q_rot, k_rot, k_old,
-                                          mv_ptr + h * R * P, pp, pmask, P, R, BLOCK_R, HAS_PSI)
-            _store_pair_tile(ss_row, pp, pmask, 0, lo, hi, HALF, N, stride_ssp, ADJACENT)
+            if HAS_D:
+                Dh = tl.load(D_ptr + h).to(tl.float32)
+            else:
+                Dh = 0.0
+            y = tl.zeros((BLOCK_P, BLOCK_R), dtype=tl.float32)
+            for j0 in range(0, N // 2, HALF):
+                next_lo, next_hi = _load_pair_tile(ss_row, pp, pmask, j0 + HALF, HALF, N, stride_ssp, ADJACENT)
+                _theta, q_rot, k_rot, k_old = _pair_vectors(q_row, stride_qr, k_row, stride_kr, qb_ptr + h * R * N,
+                                                            kb_ptr + h * R * N, sk_row, stride_skr, sa_row, ang_row,
+                                                            j0, dt, A, N, R, HALF, ADJACENT)
+                lo, hi, y_part = _update_pair_tile(lo, hi, alpha, gamma * v, beta * vprev, q_rot, k_rot, k_old,
+                                                   mv_ptr + h * R * P, pp, pmask, P, R, BLOCK_R, HAS_PSI)
+                y += y_part
+                _store_pair_tile(ss_row, pp, pmask, j0, lo, hi, HALF, N, stride_ssp, ADJACENT)
+                lo, hi = next_lo, next_hi
             _finish_rows(y, v, zz, Dh, b, h, pp, pmask, P, H, norm_eps, mv_ptr, mz_ptr, mo_ptr, nw_ptr, out_ptr,
                          R, BLOCK_R, HAS_D, HAS_Z, HAS_PSI, HAS_ZETA, HAS_PHI, PER_RANK, RMS_NORM, HAS_NW)
-            if ROW_TILES > 1:
-                lo, hi = next_lo, next_hi
-        if WRITE_SMALL:  # every old θ, k̃ and v of this (row, head) has been read, by this program alone
-            _store_small_states(theta, k_rot, v_row, sa_row, sk_row, stride_skr, sv_row, P, A, N, R, HALF, BLOCK_P,
-                                ROW_TILES, ADJACENT)
     else:
         for t in range(ROW_TILES):
             pp = p0 + t * BLOCK_P + tl.arange(0, BLOCK_P)
             _zero_rows(out_ptr, b, h, pp, pp < P, H, P, R, BLOCK_R, PER_RANK)
-
-
-@triton.jit
-def mamba3_step_ntiled_kernel(
-    q_ptr, k_ptr, v_ptr, z_ptr, adt_ptr, dt_ptr, trap_ptr, ang_ptr,
-    qb_ptr, kb_ptr, D_ptr, mv_ptr, mz_ptr, mo_ptr, nw_ptr,
-    sa_ptr, ss_ptr, sk_ptr, sv_ptr, sbi_ptr, out_ptr,
-    stride_qb, stride_qr, stride_qg, stride_kb, stride_kr, stride_kg,
-    stride_vb, stride_vh, stride_zb, stride_zh, stride_angb, stride_angh,
-    stride_sab, stride_sah, stride_ssb, stride_ssh, stride_ssp: tl.constexpr,
-    stride_skb, stride_skr, stride_skh, stride_svb, stride_svh,
-    H, heads_per_group, P, A, norm_eps,
-    N: tl.constexpr,
-    R: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr,
-    ADJACENT: tl.constexpr, HAS_SBI: tl.constexpr, HAS_D: tl.constexpr,
-    HAS_Z: tl.constexpr, HAS_PSI: tl.constexpr, HAS_ZETA: tl.constexpr, HAS_PHI: tl.constexpr,
-    PER_RANK: tl.constexpr, RMS_NORM: tl.constexpr, HAS_NW: tl.constexpr,
-):
-    """Rows in several tiles of BLOCK_N columns (BLOCK_N < N): one tile of BLOCK_P rows per program, its pair blocks
-    streamed with the next one prefetched, q̃/k̃ computed per block. The rows kernel writes θ', k̃ and v after it."""
-    HALF: tl.constexpr = BLOCK_N // 2   # pairs per tile
-    b = tl.program_id(2)
-    h = tl.program_id(1)
-    srow = _state_row(sbi_ptr, b, HAS_SBI)
-    b = b.to(tl.int64)
-    pp = tl.program_id(0) * BLOCK_P + tl.arange(0, BLOCK_P)
-    pmask = pp < P
-    if srow >= 0:
-        g = h // heads_per_group
-        ss_row = ss_ptr + srow * stride_ssb + h * stride_ssh
-        lo, hi = _load_pair_tile(ss_row, pp, pmask, 0, HALF, N, stride_ssp, ADJACENT)
-        dt, alpha, gamma, beta = _head_scalars(adt_ptr, dt_ptr, trap_ptr, b, h, H)
-        v, vprev, zz = _row_inputs(v_ptr + b * stride_vb + h * stride_vh,
-                                   sv_ptr + srow * stride_svb + h * stride_svh,
-                                   z_ptr + b * stride_zb + h * stride_zh, pp, pmask, HAS_Z)
-        if HAS_D:
-            Dh = tl.load(D_ptr + h).to(tl.float32)
-        else:
-            Dh = 0.0
-        y = tl.zeros((BLOCK_P, BLOCK_R), dtype=tl.float32)
-        for j0 in range(0, N // 2, HALF):
-            next_lo, next_hi = _load_pair_tile(ss_row, pp, pmask, j0 + HALF, HALF, N, stride_ssp, ADJACENT)
-            _theta, q_rot, k_rot, k_old = _pair_vectors(
-                q_ptr + b * stride_qb + g * stride_qg, stride_qr, k_ptr + b * stride_kb + g * stride_kg, stride_kr,
-                qb_ptr + h * R * N, kb_ptr + h * R * N, sk_ptr + srow * stride_skb + h * stride_skh, stride_skr,
-                sa_ptr + srow * stride_sab + h * stride_sah, ang_ptr + b * stride_angb + h * stride_angh, j0, dt,
-                A, N, R, HALF, ADJACENT)
-            lo, hi, y_part = _update_pair_tile(lo, hi, alpha, gamma * v, beta * vprev, q_rot, k_rot, k_old,
-                                               mv_ptr + h * R * P, pp, pmask, P, R, BLOCK_R, HAS_PSI)
-            y += y_part
-            _store_pair_tile(ss_row, pp, pmask, j0, lo, hi, HALF, N, stride_ssp, ADJACENT)
-            lo, hi = next_lo, next_hi
-        _finish_rows(y, v, zz, Dh, b, h, pp, pmask, P, H, norm_eps, mv_ptr, mz_ptr, mo_ptr, nw_ptr, out_ptr,
-                     R, BLOCK_R, HAS_D, HAS_Z, HAS_PSI, HAS_ZETA, HAS_PHI, PER_RANK, RMS_NORM, HAS_NW)
-    else:
-        _zero_rows(out_ptr, b, h, pp, pmask, H, P, R, BLOCK_R, PER_RANK)
 
 
 @triton.jit

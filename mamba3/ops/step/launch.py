@@ -23,7 +23,7 @@ def build_launches(q, k, v, adt, dt, trap, q_bias, k_bias, mimo_v, mimo_z, mimo_
     Inputs only need a unit stride in their last dimension (other strides are passed); small per-head tensors
     are made contiguous. States are used in place and must have a unit last-dimension stride.
     """
-    from .kernel import mamba3_step_kernel, mamba3_step_ntiled_kernel, mamba3_step_rows_kernel
+    from .kernel import mamba3_step_kernel, mamba3_step_rows_kernel
 
     bsz, nheads, headdim = v.shape
     rank, ngroups, dstate = q.shape[1], q.shape[2], q.shape[3]
@@ -84,20 +84,16 @@ def build_launches(q, k, v, adt, dt, trap, q_bias, k_bias, mimo_v, mimo_z, mimo_
     )
     rows_meta = dict(common, BLOCK_P=next_pow2(headdim), BLOCK_N=next_pow2(dstate), num_warps=config.rows_warps,
                      num_stages=1)
-    if config.block_n >= dstate:      # whole rows per tile: P streamed, q̃/k̃ once per program
-        rows_per_program = config.block_p * config.row_tiles
-        state_kernel = mamba3_step_kernel
-        state_meta.update(ROW_TILES=config.row_tiles, WRITE_SMALL=rows_per_program >= headdim)
-    elif config.row_tiles != 1:
+    if config.row_tiles != 1 and config.block_n < dstate:
         raise ValueError(f"step kernel: row_tiles={config.row_tiles} needs whole rows per tile (block_n ≥ "
                          f"N={dstate}), got block_n={config.block_n}")
-    else:
-        rows_per_program = config.block_p
-        state_kernel = mamba3_step_ntiled_kernel
+    rows_per_program = config.block_p * config.row_tiles
+    write_small = config.block_n >= dstate and rows_per_program >= headdim   # one program per (row, head)
+    state_meta.update(ROW_TILES=config.row_tiles, WRITE_SMALL=write_small)
     # grids run the row tiles of a head fastest, then heads, then batch rows: consecutive programs stream
     # neighbouring parts of the (B, H, P, N) state (batch rows are H·P·N·4 bytes apart)
-    launches = [(state_kernel, state_args, state_meta, (-(-headdim // rows_per_program), nheads, bsz))]
-    if not state_meta.get("WRITE_SMALL", False):
+    launches = [(mamba3_step_kernel, state_args, state_meta, (-(-headdim // rows_per_program), nheads, bsz))]
+    if not write_small:
         launches.append((mamba3_step_rows_kernel, rows_args, rows_meta, (nheads, bsz)))
     return launches, out
 
