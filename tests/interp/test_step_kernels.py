@@ -161,3 +161,6 @@ def test_chooser_gives_mimo_one_program_per_row_and_head_only_for_large_batches(
     launches, _ = build_launches(*[x[n] for n in ORDER], siso=False,
                                  config=choose_config(None, StepProblem(8, 16, 2, row_heads=1024)))
     assert [k.__name__ for k, *_ in launches] == ["mamba3_step_kernel"]
+    with pytest.raises(ValueError, match="row_tiles=2 needs whole rows"):   # N in two tiles: one row tile each
+        build_launches(*[x[n] for n in ORDER], siso=False, config=StepConfig(block_p=4, block_n=8, num_warps=1,
+                                                                              row_tiles=2))
