@@ -28,6 +28,8 @@ def build_launches(q, k, v, adt, dt, trap, q_bias, k_bias, mimo_v, mimo_z, mimo_
     bsz, nheads, headdim = v.shape
     rank, ngroups, dstate = q.shape[1], q.shape[2], q.shape[3]
     nangles = angles.shape[-1]
+    if bsz > 65535:
+        raise ValueError(f"step kernel: batch {bsz} exceeds the grid's 65,535 rows; split the batch")
     for name, s in (("angle", angle_state), ("ssm", ssm_state), ("k", k_state), ("v", v_state)):
         if s.stride(-1) != 1:
             raise ValueError(f"the {name} state must have a unit stride in its last dimension (it is updated in "
@@ -41,14 +43,15 @@ def build_launches(q, k, v, adt, dt, trap, q_bias, k_bias, mimo_v, mimo_z, mimo_
     if out is None:
         shape = (bsz, rank, nheads, headdim) if per_rank else (bsz, nheads, headdim)
         out = torch.empty(shape, device=v.device, dtype=v.dtype)
-    if bsz > 65535:
-        raise ValueError(f"step kernel: batch {bsz} exceeds the grid's 65,535 rows; split the batch")
     if config is None:
         config = choose_config(None, StepProblem(headdim, dstate, rank, rms_norm=bool(rms_norm),
                                                  row_heads=bsz * nheads))
     if rms_norm and config.block_p < headdim:
         raise ValueError(f"step kernel: the fused RMSNorm needs all of P={headdim} in one program, "
                          f"got block_p={config.block_p}")
+    if config.row_tiles != 1 and config.block_n < dstate:
+        raise ValueError(f"step kernel: row_tiles={config.row_tiles} needs whole rows per tile (block_n ≥ "
+                         f"N={dstate}), got block_n={config.block_n}")
     if angles.dim() == 2:
         stride_angb, stride_angh = angles.stride(0), 0
     else:
@@ -84,9 +87,6 @@ def build_launches(q, k, v, adt, dt, trap, q_bias, k_bias, mimo_v, mimo_z, mimo_
     )
     rows_meta = dict(common, BLOCK_P=next_pow2(headdim), BLOCK_N=next_pow2(dstate), num_warps=config.rows_warps,
                      num_stages=1)
-    if config.row_tiles != 1 and config.block_n < dstate:
-        raise ValueError(f"step kernel: row_tiles={config.row_tiles} needs whole rows per tile (block_n ≥ "
-                         f"N={dstate}), got block_n={config.block_n}")
     rows_per_program = config.block_p * config.row_tiles
     write_small = config.block_n >= dstate and rows_per_program >= headdim   # one program per (row, head)
     state_meta.update(ROW_TILES=config.row_tiles, WRITE_SMALL=write_small)
