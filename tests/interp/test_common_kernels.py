@@ -26,8 +26,11 @@ def test_chunk_sums_and_angle_offsets(cu, shared):
     ang = torch.randn((B, T, A) if shared else (B, T, H, A), generator=g)
     ch = _chunks(B, T, C, cu)
     state = torch.rand(ch.nseq, H, A, generator=g) * 6
-    gsum, asum = chunk_sums(adt, dt, ang, ch, H, A)
+    trap = torch.randn(B, H, T, generator=g)
+    gsum, asum, coef = chunk_sums(adt, dt, trap, ang, ch, H, A)
     off, final = angle_offsets(asum, ch, state)
+    lam = torch.sigmoid(trap.double())
+    gamma = lam * dt.double()
     phi = ang.double() if not shared else ang.double()[:, :, None, :].expand(B, T, H, A)
     inc = math.pi * torch.tanh(phi) * dt.double().transpose(1, 2)[..., None]  # (B, T, H, A)
     tab = ch.chunk_table.long()
@@ -35,6 +38,17 @@ def test_chunk_sums_and_angle_offsets(cu, shared):
         b, t0, L, s, _ = tab[c].tolist()
         start = 0 if cu is None else cu[s]
         assert torch.allclose(gsum[c].double(), adt[b, :, t0:t0 + L].double().sum(-1), atol=1e-5)
+        # the per-token table: within-chunk cumsum of adt, γ = σ(trap)·dt, scale = γ + dt'(1 − σ(trap')) of the
+        # next token of the same sequence (γ alone at its last token)
+        end = T if cu is None else cu[s + 1]
+        nxt = torch.zeros(H, L, dtype=torch.float64)
+        inside = min(t0 + L + 1, end) - (t0 + 1)
+        nxt[:, :inside] = (dt.double() * (1 - lam))[b, :, t0 + 1:t0 + 1 + inside]
+        torch.testing.assert_close(coef[0, b, :, t0:t0 + L].double(), adt[b, :, t0:t0 + L].double().cumsum(-1),
+                                   atol=1e-5, rtol=0)
+        torch.testing.assert_close(coef[1, b, :, t0:t0 + L].double(), gamma[b, :, t0:t0 + L], atol=1e-6, rtol=0)
+        torch.testing.assert_close(coef[2, b, :, t0:t0 + L].double(), gamma[b, :, t0:t0 + L] + nxt, atol=1e-6,
+                                   rtol=0)
         want = torch.remainder(state[s].double() + inc[b, start:t0].sum(0), 2 * math.pi)
         d = torch.remainder(off[c].double() - want + math.pi, 2 * math.pi) - math.pi
         assert d.abs().max() < 1e-5, (c, d.abs().max())

@@ -2,9 +2,11 @@
 
 Contract
 --------
-``chunk_sums(adt, dt, angles, chunks, nangles)`` → ``(gsum (nchunks, H) fp32, asum (nchunks, H, A) fp32)``:
-    gsum[c, h] = Σ_{t∈c} adt[b, h, t] (the chunk's total log-decay), asum[c, h, a] = Σ_{t∈c} π·tanh(φ_{t,a})·dt_t
-    (per head, also when the angles are shared across heads). One program per (chunk, head).
+``chunk_sums(adt, dt, trap, angles, chunks, nangles)`` → ``(gsum (nchunks, H) fp32, asum (nchunks, H, A) fp32,
+    coef (3, B, H, T) fp32)``: gsum[c, h] = Σ_{t∈c} adt[b, h, t] (the chunk's total log-decay), asum[c, h, a] =
+    Σ_{t∈c} π·tanh(φ_{t,a})·dt_t (per head, also when the angles are shared across heads), and per token the
+    planes cs (within-chunk cumsum of adt), γ and scale of ``tiles.chunk_scalars``, which the SISO chunk kernels
+    load (``tiles.chunk_coefficients``). One program per (chunk, head).
 ``angle_offsets(asum, chunks, angle_state)`` → ``(offset (nchunks, H, A) fp32, final_angle (NS, H, A) fp32)``:
     θ at the start of chunk c is offset[c] + (within-chunk cumsum), offset[c] = (θ_init + Σ_{c'<c} asum[c']) mod 2π.
     The prefix runs in float64 over chunk sums wrapped mod 2π, so the angles' precision does not depend on T.
@@ -13,11 +15,12 @@ Contract
     per call so that the chunk kernels load them instead of recomputing θ and its sin/cos in every kernel and N
     block; ``plane`` = B·T·H·A is the offset of the cos plane. One program per (chunk, head).
 ``angle_backward(R, dfinal_angle, angles, dt, chunks, ...)`` → ``(dangles fp32, ddt_angle (B, H, T) fp32,
-    dangle_state (NS, H, A))``, where ``R`` (B, T, H, A) fp32 holds, per token, the *within-chunk reverse cumsum*
-    of dθ (what the per-chunk backward kernels produce). The cross-chunk part (the gradient that later chunks
-    and the final angle state send back through the offsets) is added here: G_t = R_t + Σ_{later chunks} dθ +
-    dθ_final; dφ = π·sech²(φ)·dt·G (summed over heads when the angles are shared), ddt += Σ_a π·tanh(φ)·G.
-    The mod 2π is treated as the identity for gradients.
+    dangle_state (NS, H, A))``, where ``R`` (B, T, H, A) fp32 holds, per token, the gradient w.r.t. θ_t (what the
+    per-chunk backward kernels produce). θ_t is a cumsum of the increments, so each increment's gradient is the
+    reverse cumsum G_t = Σ_{s≥t} R_s + dθ_final over its sequence: within the chunk in ``angle_bwd_kernel``, the
+    later chunks' totals (``angle_totals_kernel``, then a float64 prefix) added to it. dφ = π·sech²(φ)·dt·G
+    (summed over heads when the angles are shared), ddt += Σ_a π·tanh(φ)·G. The mod 2π is treated as the identity
+    for gradients.
 
 Layouts: adt, dt (B, H, T) with unit time stride; angles (B, T, H, A) or shared (B, T, A) with unit last stride.
 """
@@ -31,27 +34,28 @@ import triton.language as tl
 
 from .chunking import Chunks
 from .launch import launch
-from .tiles import batch_strides, chunk_row, head_angle_rows, sincos, tanh_sech2, theta_tile
+from .tiles import batch_strides, chunk_row, chunk_scalars, head_angle_rows, sincos, tanh_sech2, theta_tile
 
 TWO_PI = 2.0 * math.pi
 
 
-@triton.jit(do_not_specialize=["T"])
-def chunk_sums_kernel(adt_ptr, dt_ptr, ang_ptr, gsum_ptr, asum_ptr, table_ptr,
+@triton.jit(do_not_specialize=["T", "coef_plane"])
+def chunk_sums_kernel(adt_ptr, dt_ptr, trap_ptr, ang_ptr, gsum_ptr, asum_ptr, coef_ptr, coef_plane, table_ptr,
                       T, sa_t, sa_h, H, A,
                       C: tl.constexpr, BA: tl.constexpr, HAS_ANG: tl.constexpr):
     _, _, s_h, s_b, sa_b = batch_strides(T, H, 0, 0, sa_t)
     pid = tl.program_id(0).to(tl.int64)  # chunk-major, head fastest (DRAM locality of (B, T, H, A) angles)
     c = pid // H
     h = pid % H
-    bidx, t0, L, _ = chunk_row(table_ptr, c)
-    i = tl.arange(0, C)
-    m = i < L
-    base = bidx * s_b + h * s_h + t0
-    a = tl.load(adt_ptr + base + i, mask=m, other=0.0).to(tl.float32)
+    bidx, t0, L, t_end = chunk_row(table_ptr, c)
+    i, m, a, dt, _, gamma, scale, cs = chunk_scalars(adt_ptr, dt_ptr, trap_ptr, bidx * s_b + h * s_h, t0, L, t_end,
+                                                     C)
     tl.store(gsum_ptr + c * H + h, tl.sum(a, 0))
+    row = coef_ptr + bidx * s_b + h * s_h + t0 + i
+    tl.store(row, cs, mask=m)
+    tl.store(row + coef_plane, gamma, mask=m)
+    tl.store(row + 2 * coef_plane, scale, mask=m)
     if HAS_ANG:
-        dt = tl.load(dt_ptr + base + i, mask=m, other=0.0).to(tl.float32)
         pa = tl.arange(0, BA)
         am = pa < A
         row = bidx * sa_b + (t0 + i) * sa_t + h * sa_h
@@ -68,17 +72,19 @@ def _angle_strides(angles, nheads: int, nangles: int):
     return shared, nangles if shared else nheads * nangles, 0 if shared else nangles
 
 
-def chunk_sums(adt, dt, angles, chunks: Chunks, nheads: int, nangles: int):
-    """Launch :func:`chunk_sums_kernel`. adt/dt must have unit time stride, angles unit last stride."""
+def chunk_sums(adt, dt, trap, angles, chunks: Chunks, nheads: int, nangles: int):
+    """Launch :func:`chunk_sums_kernel`. adt/dt/trap must have unit time stride, angles unit last stride."""
     dev = adt.device
     gsum = torch.empty(chunks.nchunks, nheads, device=dev, dtype=torch.float32)
     asum = torch.empty(chunks.nchunks, nheads, max(nangles, 1), device=dev, dtype=torch.float32)
-    assert angles.is_contiguous() and adt.is_contiguous() and dt.is_contiguous()
+    coef = torch.empty((3,) + tuple(adt.shape), device=dev, dtype=torch.float32)  # every token is written
+    assert angles.is_contiguous() and adt.is_contiguous() and dt.is_contiguous() and trap.is_contiguous()
     _, sa_t, sa_h = _angle_strides(angles, nheads, nangles)
-    launch(chunk_sums_kernel, (chunks.nchunks * nheads,), 
-        adt, dt, angles, gsum, asum, chunks.chunk_table, adt.shape[-1], sa_t, sa_h, nheads, nangles, C=chunks.chunk_size, BA=triton.next_power_of_2(max(nangles, 1)),
-        HAS_ANG=nangles > 0, num_warps=1)
-    return gsum, asum[..., :nangles]
+    launch(chunk_sums_kernel, (chunks.nchunks * nheads,),
+           adt, dt, trap, angles, gsum, asum, coef, adt.numel(), chunks.chunk_table, adt.shape[-1], sa_t, sa_h,
+           nheads, nangles, C=chunks.chunk_size, BA=triton.next_power_of_2(max(nangles, 1)), HAS_ANG=nangles > 0,
+           num_warps=1)
+    return gsum, asum[..., :nangles], coef
 
 
 @triton.jit(do_not_specialize=["T", "plane"])
@@ -140,6 +146,21 @@ def angle_offsets(asum: torch.Tensor, chunks: Chunks, angle_state: torch.Tensor 
 
 
 @triton.jit(do_not_specialize=["T"])
+def angle_totals_kernel(r_ptr, tot_ptr, table_ptr, T, H, A, C: tl.constexpr, BA: tl.constexpr):
+    """Σ over each chunk's tokens of R (B, T, H, A) → (nchunks, H, A); one program per (chunk, head)."""
+    pid = tl.program_id(0).to(tl.int64)
+    c = pid // H
+    h = pid % H
+    bidx, t0, L, _ = chunk_row(table_ptr, c)
+    i = tl.arange(0, C)
+    pa = tl.arange(0, BA)
+    am = pa < A
+    r = tl.load(r_ptr + head_angle_rows(bidx, t0 + i, h, T, H, A)[:, None] + pa[None, :],
+                mask=(i < L)[:, None] & am[None, :], other=0.0)
+    tl.store(tot_ptr + (c * H + h) * A + pa, tl.sum(r, 0), mask=am)
+
+
+@triton.jit(do_not_specialize=["T"])
 def angle_bwd_kernel(ang_ptr, dt_ptr, r_ptr, dlater_ptr, dang_ptr, ddt_ptr, table_ptr,
                      T, sa_t, sa_h, H, A,
                      C: tl.constexpr, BA: tl.constexpr, SHARED: tl.constexpr):
@@ -172,6 +193,7 @@ def angle_bwd_kernel(ang_ptr, dt_ptr, r_ptr, dlater_ptr, dang_ptr, ddt_ptr, tabl
         h = h0 + hh
         dt = tl.load(dt_ptr + bidx * s_b + h * s_h + t, mask=m, other=0.0).to(tl.float32)
         r = tl.load(r_ptr + head_angle_rows(bidx, t, h, T, H, A)[:, None] + pa[None, :], mask=mm, other=0.0)
+        r = tl.sum(r, 0)[None, :] - tl.cumsum(r, 0) + r  # Σ_{s ≥ t} within the chunk
         g = r + tl.load(dlater_ptr + (c * H + h) * A + pa, mask=am, other=0.0)[None, :]
         g = tl.where(mm, g, 0.0)
         dphi += 3.141592653589793 * se * dt[:, None] * g
@@ -183,9 +205,12 @@ def angle_backward(R, dfinal_angle, angles, dt, chunks: Chunks, nheads: int, nan
     """See the module docstring. R: (B, T, H, A) fp32 contiguous. dfinal_angle: (NS, H, A) or None."""
     dev = R.device
     B, T = R.shape[0], R.shape[1]
-    # dθ summed over each chunk = R at the chunk's first token.
-    tab = chunks.chunk_table.to(torch.int64)
-    doff = R[tab[:, 0], tab[:, 1]].to(torch.float64)  # (nchunks, H, A)
+    assert R.is_contiguous() and dt.is_contiguous()
+    ba = triton.next_power_of_2(max(nangles, 1))
+    doff = torch.empty(chunks.nchunks, nheads, nangles, device=dev, dtype=torch.float32)  # dθ summed per chunk
+    launch(angle_totals_kernel, (chunks.nchunks * nheads,), R, doff, chunks.chunk_table, T, nheads, nangles,
+           C=chunks.chunk_size, BA=ba, num_warps=2)
+    doff = doff.to(torch.float64)
     tot = _cumsum_chunks(doff)
     seq_end_tot = tot[chunks.seq_last]  # (NS, H, A)
     dlater = seq_end_tot[chunks.chunk_seq] - tot
@@ -198,10 +223,9 @@ def angle_backward(R, dfinal_angle, angles, dt, chunks: Chunks, nheads: int, nan
     shared, sa_t, sa_h = _angle_strides(angles, nheads, nangles)
     dang = torch.empty(angles.shape, device=dev, dtype=torch.float32)  # fully written by the kernel
     ddt = torch.empty(B, nheads, T, device=dev, dtype=torch.float32)
-    assert R.is_contiguous() and dt.is_contiguous()
     # angles may have other strides than dang: make a contiguous copy for the kernel
     ang = angles.contiguous()
     launch(angle_bwd_kernel, (chunks.nchunks * (1 if shared else nheads),), 
         ang, dt, R, dlater, dang, ddt, chunks.chunk_table, T, sa_t, sa_h, nheads, nangles,
-        C=chunks.chunk_size, BA=triton.next_power_of_2(max(nangles, 1)), SHARED=shared, num_warps=2)
+        C=chunks.chunk_size, BA=ba, SHARED=shared, num_warps=2)
     return dang, ddt, seq_sum

@@ -8,6 +8,8 @@ Contract: every helper works on one chunk of one (sequence, head): rows ``i = 0.
 * ``batch_strides``   the batch strides of a call's contiguous tensors, derived in-kernel from T.
 * ``chunk_scalars``   a_t, dt_t, λ_t = σ(trap_t), γ_t = λ_t·dt_t, scale_t = γ_t + dt_{t+1}(1−λ_{t+1}) (0 when t is the
                       sequence's last token), and the within-chunk cumsum cs_t = Σ_{r≤t} a_r.
+* ``chunk_coefficients``  γ, scale, cs and cs_last of a chunk loaded from the per-token table ``chunk_sums``
+                      writes with ``chunk_scalars`` (the SISO chunk kernels: no scan or sigmoid per kernel and head).
 * ``theta_tile``      θ (C × BA) = offset[c] + within-chunk cumsum of π·tanh(φ)·dt for the angle columns ``pa``
                       (columns ≥ A give θ = 0: no rotation). tanh is 2σ(2x)−1 (``fast_sigmoid``).
 * ``head_angle_rows`` element offsets of rows (batch row, token, head) of a contiguous (B, T, H, A) tensor: the
@@ -74,6 +76,22 @@ def chunk_scalars(adt_ptr, dt_ptr, trap_ptr, base, t0, L, t_end, C: tl.constexpr
     scale = gamma + dtn * (1.0 - lamn)
     cs = tl.cumsum(a, 0)
     return i, m, a, dt, lam, gamma, scale, cs
+
+
+@triton.jit
+def chunk_coefficients(coef_ptr, plane, base, t0, L, C: tl.constexpr):
+    """(i, m, γ, scale, cs, cs_last) of one chunk, loaded from the per-token table that ``cumsum.chunk_sums``
+    computes with ``chunk_scalars`` once per pass ((3, B, H, T) fp32: planes cs, γ, scale, ``plane`` apart;
+    ``base`` points at (batch row, head)). Rows i ≥ L get γ = scale = 0 and cs = cs_last, as ``chunk_scalars``
+    gives them."""
+    i = tl.arange(0, C)
+    m = i < L
+    row = coef_ptr + base + t0
+    cs_last = tl.load(row + L - 1)
+    cs = tl.where(m, tl.load(row + i, mask=m, other=0.0), cs_last)
+    gamma = tl.load(row + plane + i, mask=m, other=0.0)
+    scale = tl.load(row + 2 * plane + i, mask=m, other=0.0)
+    return i, m, gamma, scale, cs, cs_last
 
 
 @triton.jit

@@ -15,8 +15,8 @@ dSe = gradient arriving at the chunk's end, from the reverse state pass; dy = dO
     sums dq, dk over them in registers; the head splits write fp32 partials summed on the host (no atomics). It
     reads dy (bwd_dv's, or dO itself without z):
     dq̃ = e^{cs}⊙(dY S) + (M∘dY Vᵀ) KK,  dkk = (M∘dY Vᵀ)ᵀ Q̃ + e^{cs_L−cs}⊙(V dSe),  dk̃ = scale⊙dkk
-    dscale_j = dkk_j·k̃_j (partial per N block), dθ = pair-wise dq̃·∂q̃/∂θ + dk̃·∂k̃/∂θ → within-chunk reverse cumsum
-    stored per token (the cross-chunk part is added by ``common.cumsum.angle_backward``),
+    dscale_j = dkk_j·k̃_j (partial per N block), dθ = pair-wise dq̃·∂q̃/∂θ + dk̃·∂k̃/∂θ stored per token (its reverse
+    cumsums within and across chunks are ``common.cumsum.angle_backward``'s),
     dq̂ = R(θ)ᵀdq̃ + γ(dy·v)·k̂,  dk̂ = R(θ)ᵀdk̃ + γ(dy·v)·q̂;  bias gradients as per-(chunk, head) partial sums.
 """
 from __future__ import annotations
@@ -24,14 +24,14 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from ..common.tiles import (add_bias_pairs, batch_strides, chunk_row, chunk_scalars, fast_exp, fast_sigmoid,
+from ..common.tiles import (add_bias_pairs, batch_strides, chunk_row, chunk_coefficients, fast_exp, fast_sigmoid,
                             head_angle_rows, join_pairs, load_pairs, rotation_tile, split16, split_pairs, store_pairs)
 from .fwd import rotated_qk_block, rotated_qk_halves, state_halves
 
 
-@triton.jit(do_not_specialize=["T", "NB_B", "sd_n", "rot_plane"])
-def bwd_dv_kernel(q_ptr, k_ptr, v_ptr, z_ptr, do_ptr, dv_ptr, dz_ptr, dy_ptr, qb_ptr, kb_ptr, d_ptr, adt_ptr, dt_ptr,
-                  trap_ptr, rot_ptr, rot_plane, st_ptr, dst_ptr, ddp_ptr, dgam_ptr, dadt_ptr, table_ptr,
+@triton.jit(do_not_specialize=["T", "NB_B", "sd_n", "rot_plane", "coef_plane"])
+def bwd_dv_kernel(q_ptr, k_ptr, v_ptr, z_ptr, do_ptr, dv_ptr, dz_ptr, dy_ptr, qb_ptr, kb_ptr, d_ptr, coef_ptr,
+                  coef_plane, rot_ptr, rot_plane, st_ptr, dst_ptr, ddp_ptr, dgam_ptr, dadt_ptr, table_ptr,
                   T, NB_B, sd_n, sq_t, sv_t, H, HPG, A,
                   N: tl.constexpr, P: tl.constexpr, C: tl.constexpr, BN: tl.constexpr, BP: tl.constexpr,
                   HAS_Z: tl.constexpr, HAS_D: tl.constexpr, HAS_BIAS: tl.constexpr,
@@ -45,9 +45,7 @@ def bwd_dv_kernel(q_ptr, k_ptr, v_ptr, z_ptr, do_ptr, dv_ptr, dz_ptr, dy_ptr, qb
     h = pid // (P // BP) % H
     bidx, t0, L, t_end = chunk_row(table_ptr, c)
     g = h // HPG
-    i, m, a, dt, lam, gamma, scale, cs = chunk_scalars(adt_ptr, dt_ptr, trap_ptr, bidx * s_b + h * s_h, t0, L,
-                                                       t_end, C)
-    cs_last = tl.sum(a, 0)
+    i, m, gamma, scale, cs, cs_last = chunk_coefficients(coef_ptr, coef_plane, bidx * s_b + h * s_h, t0, L, C)
     rev = fast_exp(cs_last - cs)
     ecs = fast_exp(cs)
     t = t0 + i
@@ -146,8 +144,8 @@ def exact_dot(a, b, DT: tl.constexpr, PREC: tl.constexpr):
         return tl.dot(a, hi, input_precision=PREC) + tl.dot(a, lo, input_precision=PREC)
 
 
-@triton.jit(do_not_specialize=["T", "NB_B", "rot_plane"])
-def bwd_dqk_kernel(q_ptr, k_ptr, v_ptr, dy_ptr, dq_ptr, dk_ptr, qb_ptr, kb_ptr, adt_ptr, dt_ptr, trap_ptr,
+@triton.jit(do_not_specialize=["T", "NB_B", "rot_plane", "coef_plane"])
+def bwd_dqk_kernel(q_ptr, k_ptr, v_ptr, dy_ptr, dq_ptr, dk_ptr, qb_ptr, kb_ptr, coef_ptr, coef_plane,
                    rot_ptr, rot_plane, st_ptr, dst_ptr, dsc_ptr, dbq_ptr, dbk_ptr, r_ptr, table_ptr,
                    T, NB_B, sq_t, sv_t, H, HPG, HS, A,
                    N: tl.constexpr, P: tl.constexpr, C: tl.constexpr, BN: tl.constexpr, BP: tl.constexpr,
@@ -178,13 +176,10 @@ def bwd_dqk_kernel(q_ptr, k_ptr, v_ptr, dy_ptr, dq_ptr, dk_ptr, qb_ptr, kb_ptr, 
     dq_o = tl.zeros([C, BH], dtype=tl.float32)
     dk_e = tl.zeros([C, BH], dtype=tl.float32)
     dk_o = tl.zeros([C, BH], dtype=tl.float32)
-    causal = i[None, :] < i[:, None]
-    amask = m[:, None] & (pa < A)[None, :]
     for hh in range(HPP):
         h = g * HPG + hsi * HPP + hh
-        i2, m2, a, dt, lam, gamma, scale, cs = chunk_scalars(adt_ptr, dt_ptr, trap_ptr, bidx * s_b + h * s_h, t0,
-                                                             L, t_end, C)
-        rev = fast_exp(tl.sum(a, 0) - cs)
+        i2, m2, gamma, scale, cs, cs_last = chunk_coefficients(coef_ptr, coef_plane, bidx * s_b + h * s_h, t0, L, C)
+        rev = fast_exp(cs_last - cs)
         ecs = fast_exp(cs)
         vrow = bidx * sv_b + t * sv_t + h * P
         sbase = (c * H + h) * P * N
@@ -223,7 +218,7 @@ def bwd_dqk_kernel(q_ptr, k_ptr, v_ptr, dy_ptr, dq_ptr, dk_ptr, qb_ptr, kb_ptr, 
                 dk_in += tl.dot(vd, dse, input_precision=PREC)
         dqk = gamma * dyv
         diff = cs[:, None] - cs[None, :]
-        a1 = tl.where(causal, fast_exp(tl.minimum(diff, 0.0)), 0.0) * dyvt
+        a1 = tl.where(i[None, :] < i[:, None], fast_exp(tl.minimum(diff, 0.0)), 0.0) * dyvt
         # the group's q/k rows are re-read for every head (L1/L2 hits) instead of held across the head loop:
         # 32 fewer live registers per thread at 8 warps
         qe, qo = load_pairs(q_ptr, qrow, m, nb * BN, C, BN, HALVES)
@@ -257,13 +252,13 @@ def bwd_dqk_kernel(q_ptr, k_ptr, v_ptr, dy_ptr, dq_ptr, dk_ptr, qb_ptr, kb_ptr, 
         dke = dkke * scale[:, None]
         dko = dkko * scale[:, None]
         dth = (dqo * qre - dqe * qro) + (dko * kre - dke * kro)
-        dth = tl.where(amask, dth, 0.0)
-        rcs = tl.sum(dth, 0)[None, :] - tl.cumsum(dth, 0) + dth
-        tl.store(r_ptr + arow[:, None] + pa[None, :], rcs, mask=amask)
-        gqe = tl.where(m[:, None], dqe * co + dqo * si + dqk[:, None] * ke, 0.0)
-        gqo = tl.where(m[:, None], dqo * co - dqe * si + dqk[:, None] * ko, 0.0)
-        gke = tl.where(m[:, None], dke * co + dko * si + dqk[:, None] * qe, 0.0)
-        gko = tl.where(m[:, None], dko * co - dke * si + dqk[:, None] * qo, 0.0)
+        amask = m[:, None] & (pa < A)[None, :]
+        tl.store(r_ptr + arow[:, None] + pa[None, :], dth, mask=amask)
+        # rows i ≥ L are zeros already (dy, v, q, k load zeros there), as the bias sums need
+        gqe = dqe * co + dqo * si + dqk[:, None] * ke
+        gqo = dqo * co - dqe * si + dqk[:, None] * ko
+        gke = dke * co + dko * si + dqk[:, None] * qe
+        gko = dko * co - dke * si + dqk[:, None] * qo
         if HAS_BIAS:
             bb = (c * H + h) * N
             nn = nb * BN + tl.arange(0, BN)

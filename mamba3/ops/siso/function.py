@@ -91,22 +91,23 @@ def _s_init(ctx, dt, trap, input_states):
 
 
 def _states(ctx, q, k, v, adt, dt, trap, q_bias, k_bias, angles, input_states):
-    """Forward steps 1–3: θ offsets, and the fp32 state entering every chunk (nchunks, H, P, N)."""
+    """Forward steps 1–3: θ offsets, the per-token coefficient table (cs, γ, scale) and the fp32 state entering
+    every chunk (nchunks, H, P, N)."""
     ch, cfg = ctx.chunks, ctx.cfg
     H, N, P, A = ctx.H, ctx.N, ctx.P, ctx.A
-    gsum, asum = chunk_sums(adt, dt, angles, ch, H, A)
+    gsum, asum, coef = chunk_sums(adt, dt, trap, angles, ch, H, A)
     off, final_angle = angle_offsets(asum, ch, None if input_states is None else input_states[0])
     rot, plane = rotation_planes(angles, dt, off, ch, H, A)
     st = torch.empty(ch.nchunks, H, P, N, device=v.device, dtype=torch.float32)
     launch(chunk_state_kernel, (ch.nchunks * H * (N // cfg.bn) * (P // cfg.bp),), 
-        v, v, k, k_bias if k_bias is not None else k, adt, dt, trap, rot, plane, st, ch.chunk_table, ctx.T,
+        v, v, k, k_bias if k_bias is not None else k, coef, coef.stride(0), rot, plane, st, ch.chunk_table, ctx.T,
         ctx.sv_t, ctx.sq_t, H, ctx.HPG, A,
         N=N, P=P, C=cfg.chunk, BN=cfg.bn, BP=cfg.bp, MODE=0, HAS_Z=False, HAS_BIAS=k_bias is not None,
         HALVES=cfg.halves, DOT_DT=ctx.dot_dt, PREC=ctx.prec, num_warps=cfg.warps_chunk, num_stages=cfg.stages)
     s0, w0 = _s_init(ctx, dt, trap, input_states)
     final_ssm = torch.empty(ch.nseq, H, P, N, device=v.device, dtype=torch.float32)
     state_passing(st, gsum, ch.seq_table, ch.max_chunks, init=s0, final=final_ssm, block=cfg.state_block)
-    return (rot, plane), gsum, st, final_angle, final_ssm, w0
+    return (rot, plane), gsum, coef, st, final_angle, final_ssm, w0
 
 
 class SisoTritonFn(torch.autograd.Function):
@@ -119,12 +120,12 @@ class SisoTritonFn(torch.autograd.Function):
         input_states = (_c(ang_in), _c(ssm_in), _c(k_in), _c(v_in)) if has_states else None
         c = _Ctx(q, v, angles, adt, chunk_size, cu_seqlens, precision)
         ch, cfg = c.chunks, c.cfg
-        (rot, plane), gsum, st, final_angle, final_ssm, _ = _states(
+        (rot, plane), gsum, coef, st, final_angle, final_ssm, _ = _states(
             c, q, k, v, adt, dt, trap, q_bias, k_bias, angles, input_states)
         out = torch.empty_like(v)
         launch(output_kernel, (ch.nchunks * c.H * (c.P // cfg.bp),), 
             q, k, v, z if z is not None else v, out, q_bias if q_bias is not None else q,
-            k_bias if k_bias is not None else k, D if D is not None else v, adt, dt, trap, rot, plane, st,
+            k_bias if k_bias is not None else k, D if D is not None else v, coef, coef.stride(0), rot, plane, st,
             ch.chunk_table, c.T, c.sq_t, c.sv_t, c.H, c.HPG, c.A,
             N=c.N, P=c.P, C=cfg.chunk, BN=cfg.bn, BP=cfg.bp, HAS_Z=z is not None, HAS_D=D is not None,
             HAS_BIAS=q_bias is not None, HALVES=cfg.halves, DOT_DT=c.dot_dt, PREC=c.prec, num_warps=cfg.warps_chunk,
@@ -146,12 +147,13 @@ class SisoTritonFn(torch.autograd.Function):
         if dout is None:
             dout = torch.zeros_like(v)
         dout = dout.contiguous()
-        (rot, plane), gsum, st, _, _, w0 = _states(c, q, k, v, adt, dt, trap, q_bias, k_bias, angles, input_states)
+        (rot, plane), gsum, coef, st, _, _, w0 = _states(c, q, k, v, adt, dt, trap, q_bias, k_bias, angles,
+                                                         input_states)
         # local dS per chunk, then the reverse state pass (dS arriving at the end of every chunk)
         dst = torch.empty_like(st)
         launch(chunk_state_kernel, (ch.nchunks * H * (N // cfg.bn) * (P // cfg.bp),), 
-            dout, z if z is not None else dout, q, q_bias if q_bias is not None else q, adt, dt, trap, rot, plane,
-            dst, ch.chunk_table, T, c.sv_t, c.sq_t, H, c.HPG, A,
+            dout, z if z is not None else dout, q, q_bias if q_bias is not None else q, coef, coef.stride(0), rot,
+            plane, dst, ch.chunk_table, T, c.sv_t, c.sq_t, H, c.HPG, A,
             N=N, P=P, C=cfg.chunk, BN=cfg.bn, BP=cfg.bp, MODE=1, HAS_Z=z is not None, HAS_BIAS=q_bias is not None,
             HALVES=cfg.halves, DOT_DT=c.dot_dt, PREC=c.prec, num_warps=cfg.warps_chunk, num_stages=cfg.stages)
         ds_init = torch.empty(ch.nseq, H, P, N, device=dev, dtype=torch.float32)
@@ -172,7 +174,7 @@ class SisoTritonFn(torch.autograd.Function):
         launch(bwd_dv_kernel, (ch.nchunks * H * npb,), 
             q, k, v, z if z is not None else v, dout, dv, dz if dz is not None else dv, dy,
             q_bias if q_bias is not None else q, k_bias if k_bias is not None else k, D if D is not None else v,
-            adt, dt, trap, rot, plane, st, dst, ddp, dgam, dadt,
+            coef, coef.stride(0), rot, plane, st, dst, ddp, dgam, dadt,
             ch.chunk_table, T, B, ddp.stride(0), c.sq_t, c.sv_t, H, c.HPG, A,
             N=N, P=P, C=cfg.chunk, BN=cfg.bn, BP=cfg.bp, HAS_Z=z is not None, HAS_D=D is not None,
             HAS_BIAS=q_bias is not None, HALVES=cfg.halves, DOT_DT=c.dot_dt, PREC=c.prec,
@@ -191,7 +193,7 @@ class SisoTritonFn(torch.autograd.Function):
         R = torch.empty(B, T, H, max(A, 1), device=dev, dtype=torch.float32)  # every (token, angle) is written
         launch(bwd_dqk_kernel, (ch.nchunks * c.G * hs * nbk,), 
             q, k, v, dy, dq, dk, q_bias if has_bias else q, k_bias if has_bias else k,
-            adt, dt, trap, rot, plane, st, dst, dsc, dbq, dbk, R,
+            coef, coef.stride(0), rot, plane, st, dst, dsc, dbq, dbk, R,
             ch.chunk_table, T, B, c.sq_t, c.sv_t, H, c.HPG, hs, A,
             N=N, P=P, C=cfg.chunk, BN=cfg.bn, BP=cfg.bp, HAS_BIAS=has_bias,
             HALVES=cfg.halves, DOT_DT=c.dot_dt, PREC=c.prec, num_warps=cfg.warps_bwd, num_stages=cfg.stages)

@@ -31,12 +31,12 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from ..common.tiles import (add_bias_pairs, batch_strides, chunk_row, chunk_scalars, fast_exp, fast_sigmoid,
+from ..common.tiles import (add_bias_pairs, batch_strides, chunk_row, chunk_coefficients, fast_exp, fast_sigmoid,
                             head_angle_rows, join_pairs, load_pairs, rotation_tile)
 
 
-@triton.jit(do_not_specialize=["T", "rot_plane"])
-def chunk_state_kernel(x_ptr, z_ptr, k_ptr, kb_ptr, adt_ptr, dt_ptr, trap_ptr, rot_ptr, rot_plane, st_ptr,
+@triton.jit(do_not_specialize=["T", "rot_plane", "coef_plane"])
+def chunk_state_kernel(x_ptr, z_ptr, k_ptr, kb_ptr, coef_ptr, coef_plane, rot_ptr, rot_plane, st_ptr,
                        table_ptr, T, sx_t, sk_t, H, HPG, A,
                        N: tl.constexpr, P: tl.constexpr, C: tl.constexpr, BN: tl.constexpr, BP: tl.constexpr,
                        MODE: tl.constexpr, HAS_Z: tl.constexpr, HAS_BIAS: tl.constexpr,
@@ -52,13 +52,12 @@ def chunk_state_kernel(x_ptr, z_ptr, k_ptr, kb_ptr, adt_ptr, dt_ptr, trap_ptr, r
     h = pid // ((N // BN) * (P // BP)) % H
     bidx, t0, L, t_end = chunk_row(table_ptr, c)
     g = h // HPG
-    i, m, a, dt, lam, gamma, scale, cs = chunk_scalars(adt_ptr, dt_ptr, trap_ptr, bidx * s_b + h * s_h, t0, L,
-                                                       t_end, C)
+    i, m, gamma, scale, cs, cs_last = chunk_coefficients(coef_ptr, coef_plane, bidx * s_b + h * s_h, t0, L, C)
     t = t0 + i
     p = pb * BP + tl.arange(0, BP)
     xrow = bidx * sx_b + t * sx_t + h * P
     if MODE == 0:
-        w = fast_exp(tl.sum(a, 0) - cs) * scale
+        w = fast_exp(cs_last - cs) * scale
     else:
         w = fast_exp(cs)
     if not HALVES:
@@ -162,8 +161,8 @@ def state_halves(st_ptr, base, p, nb, N: tl.constexpr, BN: tl.constexpr):
     return tl.load(sp), tl.load(sp + 1)
 
 
-@triton.jit(do_not_specialize=["T", "rot_plane"])
-def output_kernel(q_ptr, k_ptr, v_ptr, z_ptr, o_ptr, qb_ptr, kb_ptr, d_ptr, adt_ptr, dt_ptr, trap_ptr, rot_ptr,
+@triton.jit(do_not_specialize=["T", "rot_plane", "coef_plane"])
+def output_kernel(q_ptr, k_ptr, v_ptr, z_ptr, o_ptr, qb_ptr, kb_ptr, d_ptr, coef_ptr, coef_plane, rot_ptr,
                   rot_plane, st_ptr, table_ptr, T, sq_t, sv_t, H, HPG, A,
                   N: tl.constexpr, P: tl.constexpr, C: tl.constexpr, BN: tl.constexpr, BP: tl.constexpr,
                   HAS_Z: tl.constexpr, HAS_D: tl.constexpr, HAS_BIAS: tl.constexpr,
@@ -175,8 +174,7 @@ def output_kernel(q_ptr, k_ptr, v_ptr, z_ptr, o_ptr, qb_ptr, kb_ptr, d_ptr, adt_
     h = pid // (P // BP) % H
     bidx, t0, L, t_end = chunk_row(table_ptr, c)
     g = h // HPG
-    i, m, a, dt, lam, gamma, scale, cs = chunk_scalars(adt_ptr, dt_ptr, trap_ptr, bidx * s_b + h * s_h, t0, L,
-                                                       t_end, C)
+    i, m, gamma, scale, cs, cs_last = chunk_coefficients(coef_ptr, coef_plane, bidx * s_b + h * s_h, t0, L, C)
     t = t0 + i
     p = pb * BP + tl.arange(0, BP)
     qrow = bidx * sq_b + t * sq_t + g * N
