@@ -21,11 +21,15 @@ def bench_ms(fn, warmup=25, rep=100) -> float:
 
 
 def kernel_breakdown(fn, leaves):
-    """Per-kernel CUDA time (ms) of one call of fn, from torch.profiler (the 25 largest); clears the leaves' grads."""
+    """Per-kernel CUDA time (ms) of one call of fn, from torch.profiler (the 25 largest); clears the leaves' grads
+    before the profiled call (as the timed calls do: otherwise autograd's accumulation into the warm-up call's
+    grads shows up as elementwise kernels) and after it."""
     from torch.profiler import ProfilerActivity, profile
 
     fn()
     torch.cuda.synchronize()
+    for x in leaves:
+        x.grad = None
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         fn()
         torch.cuda.synchronize()

@@ -159,8 +159,8 @@ def test_new_T_and_B_do_not_recompile():
     from mamba3.ops.common import cumsum, state_passing
 
     kernels = [fwd.chunk_state_kernel, fwd.output_kernel, bwd.bwd_dv_kernel, bwd.bwd_dqk_kernel,
-               cumsum.chunk_sums_kernel, cumsum.rotation_kernel, state_passing.state_passing_kernel,
-               cumsum.angle_totals_kernel, cumsum.angle_bwd_kernel]
+               bwd.decay_grad_kernel, cumsum.chunk_sums_kernel, cumsum.rotation_kernel,
+               state_passing.state_passing_kernel, cumsum.angle_totals_kernel, cumsum.angle_bwd_kernel]
 
     def n_compiled():
         dev = torch.cuda.current_device()

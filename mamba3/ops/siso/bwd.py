@@ -1,4 +1,4 @@
-"""SISO backward: the two per-chunk gradient kernels (host orchestration lives in ``function.py``).
+"""SISO backward: the two per-chunk gradient kernels and the scan of d adt (host orchestration: ``function.py``).
 
 Per chunk (positions i, j; M_ij = e^{cs_i−cs_j}·[j<i]; kk_j = scale_j·k̃_j; S = state entering the chunk;
 dSe = gradient arriving at the chunk's end, from the reverse state pass; dy = dO ⊙ silu(z)):
@@ -10,6 +10,7 @@ dSe = gradient arriving at the chunk's end, from the reverse state pass; dy = dO
     d adt = reverse cumsum (within the chunk) of the gradient w.r.t. cs: inter e^{cs_i}·dy_i·S q̃_i, intra row sums
             minus column sums of M∘(Q̃KKᵀ)∘(dY Vᵀ), minus the K-into-state term, plus at the last position
             e^{cs_L}⟨dSe, S⟩ and the K-into-state total. No cross-chunk cumsum is needed: cs restarts every chunk.
+            bwd_dv stores the per-token terms; ``decay_grad_kernel`` (one light program per (chunk, head)) scans them.
 
 ``bwd_dqk_kernel`` — grid (chunk, q/k group, head split, N block): loops over its share of the group's heads and
     sums dq, dk over them in registers; the head splits write fp32 partials summed on the host (no atomics). It
@@ -31,7 +32,8 @@ from .fwd import rotated_qk_block, rotated_qk_halves, state_halves
 
 @triton.jit(do_not_specialize=["T", "NB_B", "sd_n", "rot_plane", "coef_plane"])
 def bwd_dv_kernel(q_ptr, k_ptr, v_ptr, z_ptr, do_ptr, dv_ptr, dz_ptr, dy_ptr, qb_ptr, kb_ptr, d_ptr, coef_ptr,
-                  coef_plane, rot_ptr, rot_plane, st_ptr, dst_ptr, ddp_ptr, dgam_ptr, dadt_ptr, table_ptr,
+                  coef_plane, rot_ptr, rot_plane, st_ptr, dst_ptr, ddp_ptr, dgam_ptr, gcs_ptr, bterm_ptr, kend_ptr,
+                  table_ptr,
                   T, NB_B, sd_n, sq_t, sv_t, H, HPG, A,
                   N: tl.constexpr, P: tl.constexpr, C: tl.constexpr, BN: tl.constexpr, BP: tl.constexpr,
                   HAS_Z: tl.constexpr, HAS_D: tl.constexpr, HAS_BIAS: tl.constexpr,
@@ -121,15 +123,35 @@ def bwd_dv_kernel(q_ptr, k_ptr, v_ptr, z_ptr, do_ptr, dv_ptr, dz_ptr, dy_ptr, qb
     w = mm * tl.dot(dyd, tl.trans(v.to(DOT_DT)), input_precision=PREC)  # [C, C]
     bterm = rev * tl.sum(vf * acc_kd, 1)
     gcs = ecs * tl.sum(dy * acc_qs, 1) + tl.sum(w, 1) - tl.sum(w, 0)
-    gcs = tl.where(m, gcs, 0.0)
-    # d adt_r = Σ_{i≥r} g_i (reverse cumsum of the gradient w.r.t. cs) + e^{cs_L}⟨dSe, S⟩ + Σ_{j<r} bterm_j: the
-    # K-into-state term enters cs_L (every r) and −cs_j (r ≤ j), leaving the exclusive prefix. Both prefix sums are
-    # masked C×C reductions: tl.cumsum / a full tl.sum on these dot-derived layouts crash Triton 3.6's Blackwell
-    # TMEM layout pass.
-    ge = i[None, :] >= i[:, None]
-    dadt = tl.sum(tl.where(ge, gcs[None, :], 0.0), 1) + tl.sum(tl.where(ge, 0.0, bterm[None, :]), 1)
-    dadt += fast_exp(cs_last) * tl.sum(sdot, 0)
-    tl.store(dadt_ptr + part + dbase + t, dadt, mask=m)
+    # the within-chunk scans that turn these into d adt are decay_grad_kernel's (in this kernel they were masked C×C
+    # reductions: tl.cumsum on these dot-derived layouts crashes Triton 3.6's Blackwell TMEM layout pass)
+    tl.store(gcs_ptr + part + dbase + t, gcs, mask=m)
+    tl.store(bterm_ptr + part + dbase + t, bterm, mask=m)
+    tl.store(kend_ptr + pb * sd_n + c * H + h, fast_exp(cs_last) * tl.sum(sdot, 0))
+
+
+@triton.jit(do_not_specialize=["T", "NB_B", "sd_n"])
+def decay_grad_kernel(gcs_ptr, bterm_ptr, kend_ptr, dadt_ptr, table_ptr, T, NB_B, sd_n, H,
+                      NPB: tl.constexpr, C: tl.constexpr):
+    """d adt of one (chunk, head) from bwd_dv's per-token partials (NPB P blocks, summed here): d adt_r =
+    Σ_{i≥r} g_i (the reverse cumsum of the gradient w.r.t. cs) + Σ_{j<r} bterm_j + e^{cs_L}⟨dSe, S⟩. The
+    K-into-state term bterm enters cs_L (every r) and −cs_j (r ≤ j), which leaves the exclusive prefix."""
+    pid = tl.program_id(0).to(tl.int64)
+    c = pid // H
+    h = pid % H
+    bidx, t0, L, _ = chunk_row(table_ptr, c)
+    i = tl.arange(0, C)
+    m = i < L
+    tok = bidx * H * T + h * T + t0 + i
+    g = tl.zeros([C], dtype=tl.float32)
+    b = tl.zeros([C], dtype=tl.float32)
+    kend = 0.0
+    for pb in tl.static_range(NPB):
+        g += tl.load(gcs_ptr + pb * NB_B * H * T + tok, mask=m, other=0.0)
+        b += tl.load(bterm_ptr + pb * NB_B * H * T + tok, mask=m, other=0.0)
+        kend += tl.load(kend_ptr + pb * sd_n + c * H + h)
+    dadt = tl.sum(g, 0) - tl.cumsum(g, 0) + g + tl.cumsum(b, 0) - b + kend
+    tl.store(dadt_ptr + tok, dadt, mask=m)
 
 
 @triton.jit

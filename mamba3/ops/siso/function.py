@@ -22,7 +22,7 @@ from ..common.chunking import make_chunks
 from ..common.launch import launch
 from ..common.cumsum import angle_backward, angle_offsets, chunk_sums, rotation_planes
 from ..common.state_passing import state_passing
-from .bwd import bwd_dqk_kernel, bwd_dv_kernel
+from .bwd import bwd_dqk_kernel, bwd_dv_kernel, decay_grad_kernel
 from .configs import choose_config, problem_for
 from .fwd import chunk_state_kernel, output_kernel
 
@@ -166,7 +166,11 @@ class SisoTritonFn(torch.autograd.Function):
         npb = P // cfg.bp
         ddp = torch.empty(npb, ch.nchunks, H, device=dev, dtype=torch.float32)
         dgam = torch.empty(npb, B, H, T, device=dev, dtype=torch.float32)  # every token is written
-        dadt = torch.empty(npb, B, H, T, device=dev, dtype=torch.float32)
+        # per P block: the gradient w.r.t. the within-chunk cumsum cs, the K-into-state term (both per token) and
+        # e^{cs_L}⟨dSe, S⟩ per chunk; decay_grad_kernel scans them into d adt
+        gcs = torch.empty(npb, B, H, T, device=dev, dtype=torch.float32)
+        bterm = torch.empty_like(gcs)
+        kend = torch.empty(npb, ch.nchunks, H, device=dev, dtype=torch.float32)
         # dy = dO ⊙ silu(z): written by bwd_dv, read by bwd_dqk; without z it is dO. In dO's dtype, except fp16,
         # which keeps fp32 (dO·silu(z) may overflow fp16 where dO and z do not)
         dy_dtype = torch.float32 if dout.dtype == torch.float16 else dout.dtype
@@ -174,11 +178,15 @@ class SisoTritonFn(torch.autograd.Function):
         launch(bwd_dv_kernel, (ch.nchunks * H * npb,), 
             q, k, v, z if z is not None else v, dout, dv, dz if dz is not None else dv, dy,
             q_bias if q_bias is not None else q, k_bias if k_bias is not None else k, D if D is not None else v,
-            coef, coef.stride(0), rot, plane, st, dst, ddp, dgam, dadt,
+            coef, coef.stride(0), rot, plane, st, dst, ddp, dgam, gcs, bterm, kend,
             ch.chunk_table, T, B, ddp.stride(0), c.sq_t, c.sv_t, H, c.HPG, A,
             N=N, P=P, C=cfg.chunk, BN=cfg.bn, BP=cfg.bp, HAS_Z=z is not None, HAS_D=D is not None,
             HAS_BIAS=q_bias is not None, HALVES=cfg.halves, DOT_DT=c.dot_dt, PREC=c.prec,
             num_warps=cfg.warps_bwd, num_stages=cfg.stages)
+        dadt = torch.empty(B, H, T, device=dev, dtype=torch.float32)  # every token is written
+        launch(decay_grad_kernel, (ch.nchunks * H,), gcs, bterm, kend, dadt, ch.chunk_table, T, B, kend.stride(0), H,
+               NPB=npb, C=cfg.chunk, num_warps=1)
+        del gcs, bterm, kend
         nbk = N // cfg.bn
         hs = _head_split(c.HPG)
         if hs == 1:
@@ -208,7 +216,6 @@ class SisoTritonFn(torch.autograd.Function):
         # trapezoid coefficients: γ_t = λ_t dt_t, scale_{t-1} ∋ (1-λ_t) dt_t
         dscale = dsc.sum(0)
         dgam = dgam.sum(0)
-        dadt = dadt.sum(0)
         dprev = torch.zeros_like(dscale)
         dprev[:, :, 1:] = dscale[:, :, :-1]
         grads_states = (None,) * 4

@@ -34,7 +34,8 @@ def _problem_classes(default_only: bool = False):
     yield torch.bfloat16, None, 32
 
 
-_LIGHT = ("chunk_sums_kernel", "rotation_kernel", "state_passing_kernel", "angle_totals_kernel", "angle_bwd_kernel")
+_LIGHT = ("chunk_sums_kernel", "rotation_kernel", "state_passing_kernel", "angle_totals_kernel", "angle_bwd_kernel",
+          "decay_grad_kernel")
 
 
 def _record(spec, dtype, chunk, dstate):

@@ -347,11 +347,11 @@ def mamba3_step_kernel(
         pp = p0 + tl.arange(0, BLOCK_P)
         lo, hi = _load_pair_tile(ss_row, pp, pp < P, 0, HALF, N, stride_ssp, ADJACENT)
         dt, alpha, gamma, beta = _head_scalars(adt_ptr, dt_ptr, trap_ptr, b, h, H)
+        if HAS_D:
+            Dh = tl.load(D_ptr + h).to(tl.float32)
+        else:
+            Dh = 0.0
         if BLOCK_N >= N:
-            if HAS_D:
-                Dh = tl.load(D_ptr + h).to(tl.float32)
-            else:
-                Dh = 0.0
             theta, q_rot, k_rot, k_old = _pair_vectors(q_row, stride_qr, k_row, stride_kr, qb_ptr + h * R * N,
                                                        kb_ptr + h * R * N, sk_row, stride_skr, sa_row, ang_row, 0,
                                                        dt, A, N, R, HALF, ADJACENT)
@@ -377,10 +377,6 @@ def mamba3_step_kernel(
         else:
             pmask = pp < P
             v, vprev, zz = _row_inputs(v_row, sv_row, z_ptr + b * stride_zb + h * stride_zh, pp, pmask, HAS_Z)
-            if HAS_D:
-                Dh = tl.load(D_ptr + h).to(tl.float32)
-            else:
-                Dh = 0.0
             y = tl.zeros((BLOCK_P, BLOCK_R), dtype=tl.float32)
             for j0 in range(0, N // 2, HALF):
                 next_lo, next_hi = _load_pair_tile(ss_row, pp, pmask, j0 + HALF, HALF, N, stride_ssp, ADJACENT)
