@@ -2,8 +2,10 @@
 
 Pipeline (all chunk-parallel except the light state pass; see ``mamba3/ops/common``):
 
-1. ``chunk_sums``      (common) per (chunk, head): Σ adt and Σ π·tanh(φ)·dt.  Host: float64 prefix of the wrapped
-                       angle sums → θ offset per chunk (fp32 in [0, 2π)), final angle state.
+1. ``chunk_sums``      (common) per (chunk, head): Σ adt and Σ π·tanh(φ)·dt, and the per-token table of cs (the
+                       within-chunk cumsum of adt), γ and scale that every kernel below loads (no scan or sigmoid
+                       per kernel).  Host: float64 prefix of the wrapped angle sums → θ offset per chunk (fp32 in
+                       [0, 2π)), final angle state.
    ``rotation_planes`` (common) per (chunk, head): sin θ and cos θ of every token, head and angle (fp32), read by
                        every kernel below (and by the backward's) instead of recomputing θ, its within-chunk cumsum
                        and the sin/cos polynomials per kernel and N block (H200, bf16 B8 T4096: forward 2.19 →
