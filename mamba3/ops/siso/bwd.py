@@ -136,19 +136,20 @@ def decay_grad_kernel(gcs_ptr, bterm_ptr, kend_ptr, dadt_ptr, table_ptr, T, NB_B
     """d adt of one (chunk, head) from bwd_dv's per-token partials (NPB P blocks, summed here): d adt_r =
     Σ_{i≥r} g_i (the reverse cumsum of the gradient w.r.t. cs) + Σ_{j<r} bterm_j + e^{cs_L}⟨dSe, S⟩. The
     K-into-state term bterm enters cs_L (every r) and −cs_j (r ≤ j), which leaves the exclusive prefix."""
+    _, _, s_h, s_b, _ = batch_strides(T, H, 0, 0, 0)
     pid = tl.program_id(0).to(tl.int64)
     c = pid // H
     h = pid % H
     bidx, t0, L, _ = chunk_row(table_ptr, c)
     i = tl.arange(0, C)
     m = i < L
-    tok = bidx * H * T + h * T + t0 + i
+    tok = bidx * s_b + h * s_h + t0 + i
     g = tl.zeros([C], dtype=tl.float32)
     b = tl.zeros([C], dtype=tl.float32)
     kend = 0.0
     for pb in tl.static_range(NPB):
-        g += tl.load(gcs_ptr + pb * NB_B * H * T + tok, mask=m, other=0.0)
-        b += tl.load(bterm_ptr + pb * NB_B * H * T + tok, mask=m, other=0.0)
+        g += tl.load(gcs_ptr + pb * NB_B * s_b + tok, mask=m, other=0.0)
+        b += tl.load(bterm_ptr + pb * NB_B * s_b + tok, mask=m, other=0.0)
         kend += tl.load(kend_ptr + pb * sd_n + c * H + h)
     dadt = tl.sum(g, 0) - tl.cumsum(g, 0) + g + tl.cumsum(b, 0) - b + kend
     tl.store(dadt_ptr + tok, dadt, mask=m)

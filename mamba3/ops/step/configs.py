@@ -53,6 +53,11 @@ class StepProblem:
     row_heads: int = 0     # batch rows × heads of the call (0: unknown); enough of them → one program each
 
 
+def writes_small_states(config: StepConfig, headdim: int, dstate: int) -> bool:
+    """True when one program holds all of P with whole rows: it writes θ', k̃ and v itself (no rows kernel)."""
+    return config.block_n >= dstate and config.block_p * config.row_tiles >= headdim
+
+
 def choose_config(spec, problem: StepProblem) -> StepConfig:
     """The tiles for a problem (the same on every architecture: registers only, a few KiB of shared memory)."""
     if not 1 <= problem.headdim <= 256:
@@ -150,7 +155,7 @@ def describe(spec):
     for name, P, N, R, dtype, mode, row_heads in _AOT_PROBLEMS:
         cfg = choose_config(spec, StepProblem(P, N, R, rms_norm=mode == "mimo_norm", row_heads=row_heads))
         out.append({"kernel": "mamba3_step_kernel", "whole_rows": cfg.block_n >= N,
-                    "rows_kernel": cfg.block_n < N or cfg.block_p * cfg.row_tiles < P, "config": asdict(cfg),
+                    "rows_kernel": not writes_small_states(cfg, P, N), "config": asdict(cfg),
                     "problem": {"name": name, "headdim": P, "dstate": N, "rank": R, "dtype": str(dtype),
                                 "mode": mode}})
     return out

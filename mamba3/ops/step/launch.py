@@ -5,7 +5,7 @@ import contextlib
 
 import torch
 
-from .configs import StepProblem, choose_config, next_pow2
+from .configs import StepProblem, choose_config, next_pow2, writes_small_states
 
 
 def _lastdim_contiguous(x):
@@ -88,7 +88,7 @@ def build_launches(q, k, v, adt, dt, trap, q_bias, k_bias, mimo_v, mimo_z, mimo_
     rows_meta = dict(common, BLOCK_P=next_pow2(headdim), BLOCK_N=next_pow2(dstate), num_warps=config.rows_warps,
                      num_stages=1)
     rows_per_program = config.block_p * config.row_tiles
-    write_small = config.block_n >= dstate and rows_per_program >= headdim   # one program per (row, head)
+    write_small = writes_small_states(config, headdim, dstate)   # one program per (row, head)
     state_meta.update(ROW_TILES=config.row_tiles, WRITE_SMALL=write_small)
     # grids run the row tiles of a head fastest, then heads, then batch rows: consecutive programs stream
     # neighbouring parts of the (B, H, P, N) state (batch rows are H·P·N·4 bytes apart)
