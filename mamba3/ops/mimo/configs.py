@@ -1,18 +1,19 @@
 """Tile configurations of the MIMO kernels, the dispatcher's choice, and the AOT launch list.
 
-Every MIMO kernel computes in fp32 registers (inputs are widened on load; bf16/fp16 dots run as tf32 on fp32
-operands), so the shared memory a kernel needs depends only on its tile sizes — BM (rows = (token, rank)
+Every MIMO kernel computes in fp32 registers (inputs are widened on load; dots take fp32 operands as tf32 /
+tf32x3, except the forward's token-by-token dots for 16-bit inputs, which take 16-bit operands: half the
+bytes), so the shared memory a kernel needs depends only on its tile sizes — BM (rows = (token, rank)
 pairs), BK (half-columns of an N-pair block) and BP (P rounded up to a power of two, at least 16) — and
-never on N, T, the batch, the dtype or R. Nothing is software-pipelined (num_stages=1: the loops are short and
-latency-bound, and Blackwell must not pipeline). Shared memory is spent on the operands of the dots that are
-live at the same time; ``smem_estimate`` is an upper bound that counts every operand buffer of the largest
-kernel without any reuse, and the AOT lane checks the real number for every configuration listed by
-``aot_launches``.
+never on N, T, the batch or R; 16-bit inputs need at most what fp32 inputs need. Nothing is
+software-pipelined (num_stages=1: the loops are short and latency-bound, and Blackwell must not pipeline).
+Shared memory is spent on the operands of the dots that are live at the same time; ``smem_estimate`` is an
+upper bound that counts every operand buffer of the largest kernel without any reuse, and the AOT lane checks
+the real number for every configuration listed by ``aot_launches``.
 
-Measured (AOT, triton 3.6, all 37 launches of ``aot_launches``): largest total shared memory 65,536 B on sm_86
-and 66,560 B on sm_120 (the N=256 output kernel) against 101,376 B; 99,328 B on sm_90 (the fp32 P=128 output
-kernel: Hopper's wgmma keeps operands in shared memory) against 232,448 B. fp32 at N=128, P=64, R=4 — the
-seed's worst case — needs at most 33,792 B on sm_86/89/120.
+Measured (AOT, triton 3.6, all 70 launches of ``aot_launches`` per architecture): largest total shared memory
+65,536 B on sm_86 and 66,560 B on sm_120 (the N=256 output kernel) against 101,376 B; 99,328 B on sm_90 (the fp32
+P=128 output kernel: Hopper's wgmma keeps operands in shared memory) against 232,448 B. fp32 at N=128, P=64, R=4 —
+the seed's worst case — needs at most 33,792 B on sm_86/89/120.
 """
 from __future__ import annotations
 
@@ -46,11 +47,20 @@ class MimoConfig:
         backward ms with 1, 2, 4, 8 tiles: 14.6 / 71.4, 12.7 / 69.5, 13.4 / 80.1, 16.8 / 108.0; the other P
         buckets were not measured and take the same value). Since q/k rotations are loaded, not computed (ninth
         session): 10.6 / 55.4, 10.3 / 57.9, 11.5 / 68.5, 14.6 / 91.4 — 1 is 4 % faster for forward+backward and
-        3 % slower forward; 2 stays until B=1 (twice the state chunks to pass in order) is measured with 1.
+        3 % slower forward. With 4-warp tiles (twelfth session; B=8 T=4096 / B=1 T=32768): 2 tiles 6.08 / 35.0
+        and 6.75 / 36.8 ms, 1 tile 6.84 / 35.2 and 7.65 / 37.3 ms: 2 stays.
     bp_state: P block of the chunk-state (outer product) kernel; 64 bounds its two [BP, BK] accumulators.
-    warps / warps_bwd / state_warps: warps of the tile kernels / the backward tile kernels / the chunk-state
-        kernel (8 for 64-row tiles: fewer registers per thread, no spills).
+    warps / warps_bwd / state_warps: warps of the output kernel (forward and epilogue backward) / the dq, dk, dv
+        kernels / the chunk-state kernel. Every one of them is register-bound (≈ 255 registers) and latency-bound:
+        4 warps let two CTAs share an SM where one 8-warp CTA ran alone, at the price of some spills (AOT sm_90,
+        bf16: ≤ 292 B; sm_86/120: ≤ 540 B). H200, P = 64, bf16, B=8, T=4096, forward / forward+backward ms:
+        8 warps everywhere 9.22 / 56.6; output and chunk-state kernels at 4: 6.06 / 47.5; all three at 4:
+        6.08 / 35.0. Per P bucket in ``CONFIGS`` (the 8-warp default where 4 warps were not right or not
+        measured). Other architectures were not measured.
     stages: 1 everywhere (no software pipelining: short latency-bound loops, and Blackwell must not pipeline).
+    fwd_dots16: for bf16/fp16 inputs, the forward's token-by-token dots (chunk states, scores, values) take 16-bit
+        operands (H200, B=8, T=4096, P=64: forward 10.54 → 9.34 ms); off, they run as tf32 on fp32 operands like
+        every other dot.
     """
 
     bm: int = 64
@@ -63,6 +73,7 @@ class MimoConfig:
     warps_bwd: int = 8
     state_warps: int = 8
     stages: int = 1
+    fwd_dots16: bool = True
     name: str = "default"
 
     def for_chunk(self, rank: int, chunk_size: int | None) -> "MimoConfig":
@@ -84,9 +95,17 @@ CONFIGS = {
     # on Hopper (H200: the output kernel faults in fp32 and returns wrong values in bf16, so does the dv kernel;
     # at 4 warps the output kernel is right; the interpreter runs the 64-row tiles exactly); 32 rows are right.
     16: (MimoConfig(bm=32, name="bm32"),),
+    # P = 32 stays at 8 warps: at 4 warps with 16-bit forward dots the output kernel returned wrong outputs and
+    # faulted on the H200 (Triton 3.6; the interpreter runs it exactly); at 8 warps it is right.
     32: (MimoConfig(name="bm64"),),
-    64: (MimoConfig(name="bm64"), MimoConfig(bm_bwd=32, warps_bwd=4, name="bm64-bwd32")),
-    128: (MimoConfig(bk=32, bm_bwd=32, warps_bwd=4, name="bm64-bk32-bwd32"),
+    # P = 64 at 4 warps (two 4-warp CTAs per SM instead of one 8-warp CTA; 255 registers, ≤ 172 B spills on
+    # sm_90): H200, bf16, B=8, T=4096: forward / forward+backward 9.22 / 56.6 ms at 8 warps, 6.08 / 35.0 ms
+    64: (MimoConfig(warps=4, state_warps=4, warps_bwd=4, name="bm64-w4"),
+         MimoConfig(bm_bwd=32, warps_bwd=4, name="bm64-bwd32")),
+    # P = 128 at 64 rows: with 16-bit forward dots the output kernel returned wrong values on the H200 (Triton 3.6:
+    # output error 0.21 against float64, bf16, N = 64; every gradient right; the interpreter runs it exactly), so
+    # this configuration keeps tf32 forward dots.
+    128: (MimoConfig(bk=32, bm_bwd=32, warps_bwd=4, fwd_dots16=False, name="bm64-bk32-bwd32"),
           MimoConfig(bm=32, bm_bwd=16, bk=16, bk_bwd=16, state_tiles=8, bp_state=32, warps=4, warps_bwd=4,
                      state_warps=4, name="bm32-bwd16")),
 }

@@ -13,7 +13,8 @@ Split of the work:
 
 Tiling: the dispatcher's configuration fixes BM rows = (token, rank) pairs per tile; ``chunk_size`` only caps
 the tile's tokens (the math does not depend on it). fp32 inputs use tf32x3 dots (fp32-accurate) unless
-precision="tf32"; bf16/fp16 inputs use tf32 dots on fp32 operands.
+precision="tf32"; bf16/fp16 inputs use tf32 dots on fp32 operands, except for the forward's token-by-token
+dots, whose operands are rounded to the input's 16-bit type.
 """
 from __future__ import annotations
 
@@ -116,11 +117,14 @@ def mimo_triton(q, k, v, adt, dt, trap, q_bias, k_bias, mimo_v, mimo_z, mimo_out
                                                                           cfg.bm_bwd // rank, cs_tokens, dev)
     TT = bsz * seqlen
     H = nheads
-    # fp32 inputs: tf32x3 (three tf32 MMAs, fp32-accurate) unless the caller opts into tf32; bf16/fp16 inputs:
-    # tf32 on fp32 operands (the operands are exact bf16/fp16 values or fp32 intermediates).
+    # fp32 inputs: tf32x3 (three tf32 MMAs, fp32-accurate) unless the caller opts into tf32. bf16/fp16 inputs: tf32
+    # on fp32 operands, except the forward's token-by-token dots (chunk states, scores, values), whose operands are
+    # rounded to the input's 16-bit type (fp32 accumulation); the states' product stays tf32 (a bf16 state moved
+    # the output's error at T = 1 with input states from 2.2e-3 to 3.5e-3, interpreter, against the 3e-3 bar).
     dot_prec = "tf32x3" if (v.dtype == f32 and precision == "ieee") else "tf32"
+    fwd_prec = {torch.bfloat16: "bf16", torch.float16: "fp16"}.get(v.dtype, dot_prec) if cfg.fwd_dots16 else dot_prec
     L = _launch.Launch(cfg=cfg, tables=tables, tables_bwd=tables_bwd, TT=TT, H=H, G=ngroups, R=rank,
-                       N2=dstate // 2, A=nangles, P=headdim, BP=block_p(headdim), dot_prec=dot_prec,
+                       N2=dstate // 2, A=nangles, P=headdim, BP=block_p(headdim), dot_prec=dot_prec, fwd_prec=fwd_prec,
                        eps=float(norm_eps))
 
     # ---- per-token preparation (PyTorch, differentiable) ----

@@ -22,7 +22,7 @@ import triton
 import triton.language as tl
 
 from ..common.tiles import fast_exp, fast_sigmoid
-from .tiles import (load_rank_p, load_rows_p, load_state_pair, load_tok_rows, pair_weights, rot_pair, rows_of,
+from .tiles import (load_rank_p, load_rows_p, load_state_pair, load_tok_rows, mdot, pair_weights, rot_pair, rows_of,
                     token_strides, token_tile, vtilde)
 
 
@@ -63,8 +63,8 @@ def mimo_chunk_state_kernel(X, sx_t, sx_r, PSI, Y, sy_t, sy_r, BIAS, ROT, srot_t
             x = load_rows_p(X + h * P + p0, sx_t, sx_r, tok, r, valid, P - p0, BP)  # [BM, BP]
             w = fast_exp(c)
         xw = tl.trans(x * w[:, None])  # [BP, BM]
-        acc1 = tl.dot(xw, y1, acc1, input_precision=DOT_PREC)
-        acc2 = tl.dot(xw, y2, acc2, input_precision=DOT_PREC)
+        acc1 = mdot(xw, y1, acc1, DOT_PREC)
+        acc2 = mdot(xw, y2, acc2, DOT_PREC)
     pp = p0 + tl.arange(0, BP)
     kk = k0 + tl.arange(0, BK)
     m = (pp < P)[:, None] & (kk < N2)[None, :]
@@ -79,7 +79,8 @@ def mimo_out_kernel(Q, K, V, ROT, CS, GAM, SCL, QB, KB, PSI, ZETA, PHI, DD, Z, N
                     SC_START, SC_END, SC_BC, BC_START, TT, H, HG, G, N2, A, P, eps,
                     R: tl.constexpr, BM: tl.constexpr, BK: tl.constexpr, BP: tl.constexpr,
                     HAS_D: tl.constexpr, HAS_Z: tl.constexpr, HAS_OUT: tl.constexpr, NORM: tl.constexpr,
-                    HAS_NW: tl.constexpr, BWD: tl.constexpr, ONE_K: tl.constexpr, DOT_PREC: tl.constexpr):
+                    HAS_NW: tl.constexpr, BWD: tl.constexpr, ONE_K: tl.constexpr, DOT_PREC: tl.constexpr,
+                    TOK_PREC: tl.constexpr):
     """y for the BM rows of one token tile (grid: (token tiles, H)), then the output epilogue (BWD=False) or
     its backward (BWD=True: DOUT → DY (TT, R, H, P) fp32, DZ, and per-tile partials of dφ, dζ, dw)."""
     CT: tl.constexpr = BM // R
@@ -108,14 +109,14 @@ def mimo_out_kernel(Q, K, V, ROT, CS, GAM, SCL, QB, KB, PSI, ZETA, PHI, DD, Z, N
     q1, q2, _c, _s = rot_pair(Qg, sq_t, sq_r, QBh, ROTh, srot_t, tok0, tok1 - tok0, 0, N2, A, R, BM, BK)  # [BM, BK] x2
     if ONE_K:  # N/2 ≤ BK: the query tile is rotated once and reused by every product below
         s1, s2 = load_state_pair(Sb, 0, N2, P, BP, BK)
-        acc = tl.dot(q1, tl.trans(s1), acc, input_precision=DOT_PREC)
-        acc = tl.dot(q2, tl.trans(s2), acc, input_precision=DOT_PREC)
+        acc = mdot(q1, tl.trans(s1), acc, DOT_PREC)
+        acc = mdot(q2, tl.trans(s2), acc, DOT_PREC)
     else:
         for k0 in range(0, N2, BK):
             q1, q2, _c, _s = rot_pair(Qg, sq_t, sq_r, QBh, ROTh, srot_t, tok0, tok1 - tok0, k0, N2, A, R, BM, BK)
             s1, s2 = load_state_pair(Sb, k0, N2, P, BP, BK)
-            acc = tl.dot(q1, tl.trans(s1), acc, input_precision=DOT_PREC)
-            acc = tl.dot(q2, tl.trans(s2), acc, input_precision=DOT_PREC)
+            acc = mdot(q1, tl.trans(s1), acc, DOT_PREC)
+            acc = mdot(q2, tl.trans(s2), acc, DOT_PREC)
     acc = acc * fast_exp(ci)[:, None]
 
     # intra-chunk: earlier tiles of the state chunk and this one
@@ -125,19 +126,19 @@ def mimo_out_kernel(Q, K, V, ROT, CS, GAM, SCL, QB, KB, PSI, ZETA, PHI, DD, Z, N
         s_ij = tl.zeros((BM, BM), dtype=tl.float32)  # [BM, BM]
         if ONE_K:
             k1, k2, _c2, _s2 = rot_pair(Kg, sq_t, sq_r, KBh, ROTh, srot_t, kt0, tok1 - kt0, 0, N2, A, R, BM, BK)
-            s_ij = tl.dot(q1, tl.trans(k1), s_ij, input_precision=DOT_PREC)
-            s_ij = tl.dot(q2, tl.trans(k2), s_ij, input_precision=DOT_PREC)
+            s_ij = mdot(q1, tl.trans(k1), s_ij, TOK_PREC)
+            s_ij = mdot(q2, tl.trans(k2), s_ij, TOK_PREC)
         else:
             for k0 in range(0, N2, BK):
                 q1, q2, _c, _s = rot_pair(Qg, sq_t, sq_r, QBh, ROTh, srot_t, tok0, tok1 - tok0, k0, N2, A, R, BM, BK)
                 k1, k2, _c2, _s2 = rot_pair(Kg, sq_t, sq_r, KBh, ROTh, srot_t, kt0, tok1 - kt0, k0, N2, A, R, BM, BK)
-                s_ij = tl.dot(q1, tl.trans(k1), s_ij, input_precision=DOT_PREC)
-                s_ij = tl.dot(q2, tl.trans(k2), s_ij, input_precision=DOT_PREC)
+                s_ij = mdot(q1, tl.trans(k1), s_ij, TOK_PREC)
+                s_ij = mdot(q2, tl.trans(k2), s_ij, TOK_PREC)
         cj = tl.load(CS + h * TT + tj, mask=vj, other=0.0)
         scj = tl.load(SCL + h * TT + tj, mask=vj, other=0.0)
         w = pair_weights(ti, tj, ci, cj, scj, gi)
         vt = vtilde(Vh, sv_t, PSIh, P, kt0, tok1 - kt0, P, R, BM, BP)
-        acc = tl.dot(s_ij * w, vt, acc, input_precision=DOT_PREC)
+        acc = mdot(s_ij * w, vt, acc, TOK_PREC)
 
     vt_i = vtilde(Vh, sv_t, PSIh, P, tok0, tok1 - tok0, P, R, BM, BP)
     if HAS_D:

@@ -103,7 +103,8 @@ class Launch:
     A: int
     P: int
     BP: int
-    dot_prec: str
+    dot_prec: str  # dots with fp32 operands (states, and every dot of the backward): "tf32x3" or "tf32"
+    fwd_prec: str  # token-by-token dots of the forward (chunk states, scores, values): "bf16"/"fp16" for 16-bit inputs
     eps: float
 
     @property
@@ -128,7 +129,7 @@ def chunk_states(L: Launch, mode: int, x, y, bias, rot, cs, scl, psi):
     mimo_chunk_state_kernel[grid](
         x, sx_t, sx_r, psi, y, L.R * L.G * 2 * L.N2, L.G * 2 * L.N2, bias, rot, L.H * 2 * L.A, cs, scl, out,
         T.bc_start, T.bc_end, L.TT, L.H, L.HG, L.G, L.N2, L.A, L.P,
-        R=L.R, BM=cfg.bm, BP=bps, BK=cfg.bk, MODE=mode, DOT_PREC=L.dot_prec,
+        R=L.R, BM=cfg.bm, BP=bps, BK=cfg.bk, MODE=mode, DOT_PREC=L.fwd_prec if mode == 0 else L.dot_prec,
         num_warps=cfg.state_warps, num_stages=cfg.stages)
     return out
 
@@ -187,7 +188,7 @@ def out_pass(L: Launch, t, sin, bwd=False, dout=None):
         T.sc_start, T.sc_end, T.sc_bc, T.bc_start, L.TT, L.H, L.HG, L.G, L.N2, L.A, L.P, L.eps,
         R=L.R, BM=cfg.bm, BK=cfg.bk, BP=L.BP, HAS_D=t["D"] is not None, HAS_Z=t["z"] is not None,
         HAS_OUT=has_out, NORM=t["norm"], HAS_NW=t["nw"] is not None, BWD=bwd, ONE_K=L.N2 <= cfg.bk,
-        DOT_PREC=L.dot_prec,
+        DOT_PREC=L.dot_prec, TOK_PREC=L.dot_prec if bwd else L.fwd_prec,
         num_warps=cfg.warps, num_stages=cfg.stages)
     if not bwd:
         return out
@@ -256,6 +257,7 @@ def aot_kernel_launches(cfg: MimoConfig, headdim: int, dtype, arch: int, dstate:
     N2, TT, NBC = N // 2, 4096, 64
     BP = block_p(P)
     prec = "tf32x3" if dtype == torch.float32 else "tf32"
+    fwd_prec = "tf32x3" if dtype == torch.float32 else ("bf16" if cfg.fwd_dots16 else "tf32")
     e = lambda *shape, dt=torch.float32: torch.empty(*shape, dtype=dt)  # noqa: E731
     i32 = lambda n: torch.empty(n, dtype=torch.int32)  # noqa: E731
     q = e(16, dt=dtype)
@@ -271,7 +273,8 @@ def aot_kernel_launches(cfg: MimoConfig, headdim: int, dtype, arch: int, dstate:
             f"mimo_chunk_state_kernel[mode{mode}]-{tag}", mimo_chunk_state_kernel,
             (x, H * P if mode == 0 else R * H * P, 0 if mode == 0 else H * P, f, q, R * G * N, G * N, f, f, H * 2 * A,
              f, f, f, i32(16), i32(16), TT, H, H // G, G, N2, A, P),
-            dict(R=R, BM=cfg.bm, BP=bps, BK=cfg.bk, MODE=mode, DOT_PREC=prec, num_warps=cfg.state_warps,
+            dict(R=R, BM=cfg.bm, BP=bps, BK=cfg.bk, MODE=mode, DOT_PREC=fwd_prec if mode == 0 else prec,
+                 num_warps=cfg.state_warps,
                  num_stages=cfg.stages)))
     out.append(KernelLaunch(f"mimo_state_bwd_kernel-{tag}", mimo_state_bwd_kernel,
                             (f, f, f, f, f, f, f, i32(16), H, P * N, NBC),
@@ -282,7 +285,7 @@ def aot_kernel_launches(cfg: MimoConfig, headdim: int, dtype, arch: int, dstate:
             (q, q, v, f, f, f, f, f, f, f, f, f, f, v, f, f, v, v, f, v, f, f, f,
              i32(16), i32(16), i32(16), i32(16), TT, H, H // G, G, N2, A, P, 1e-5),
             dict(R=R, BM=cfg.bm, BK=cfg.bk, BP=BP, HAS_D=True, HAS_Z=True, HAS_OUT=True, NORM=True, HAS_NW=True,
-                 BWD=bwd, ONE_K=N2 <= cfg.bk, DOT_PREC=prec, **common_w)))
+                 BWD=bwd, ONE_K=N2 <= cfg.bk, DOT_PREC=prec, TOK_PREC=prec if bwd else fwd_prec, **common_w)))
     bwd_w = dict(num_warps=cfg.warps_bwd, num_stages=cfg.stages)
     for is_k in (False, True):
         out.append(KernelLaunch(

@@ -10,7 +10,8 @@ Layout conventions (set up by :mod:`.function`; every tensor is contiguous):
 - N is processed as half-split pairs: a "pair block" holds columns [k0, k0+BK) and [N/2 + k0, N/2 + k0 + BK)
   of q/k, which is exactly what a rotation by θ[:, k0:k0+BK] mixes. Columns n ≥ A are not rotated (θ = 0).
 
-All arithmetic is fp32; inputs are widened on load. Masked rows / columns load as exact zeros, so padded
+All arithmetic is fp32; inputs are widened on load, and dots go through ``mdot`` (fp32 operands as tf32 / tf32x3,
+or rounded to 16 bits where the launcher asks for it). Masked rows / columns load as exact zeros, so padded
 rows contribute nothing to any dot.
 """
 from __future__ import annotations
@@ -19,6 +20,19 @@ import triton
 import triton.language as tl
 
 from ..common.tiles import fast_exp
+
+
+@triton.jit
+def mdot(a, b, acc, PREC: tl.constexpr):
+    """a @ b (+ acc), accumulated in fp32. PREC "bf16" / "fp16" (16-bit inputs): the fp32 operands are rounded to
+    the input's 16-bit type (one bf16/fp16 MMA, as the SISO kernels' 16-bit path); "tf32x3" / "tf32" / "ieee":
+    fp32 operands at that input precision."""
+    if PREC == "bf16":
+        return tl.dot(a.to(tl.bfloat16), b.to(tl.bfloat16), acc)
+    elif PREC == "fp16":
+        return tl.dot(a.to(tl.float16), b.to(tl.float16), acc)
+    else:
+        return tl.dot(a, b, acc, input_precision=PREC)
 
 
 @triton.jit
