@@ -55,8 +55,8 @@ class MimoConfig:
         4 warps let two CTAs share an SM where one 8-warp CTA ran alone, at the price of some spills (AOT sm_90,
         bf16: ≤ 292 B; sm_86/120: ≤ 540 B). H200, P = 64, bf16, B=8, T=4096, forward / forward+backward ms:
         8 warps everywhere 9.22 / 56.6; output and chunk-state kernels at 4: 6.06 / 47.5; all three at 4:
-        6.08 / 35.0. Per P bucket in ``CONFIGS`` (the 8-warp default where 4 warps were not right or not
-        measured). Other architectures were not measured.
+        6.08 / 35.0. Set per P bucket in ``CONFIGS``: P ≤ 64 at 4 warps; P = 128's first configuration keeps
+        8-warp output and chunk-state kernels (not measured at 4). Other architectures were not measured.
     stages: 1 everywhere (no software pipelining: short latency-bound loops, and Blackwell must not pipeline).
     fwd_dots16: for bf16/fp16 inputs, the forward's token-by-token dots (chunk states, scores, values) take 16-bit
         operands (H200, B=8, T=4096, P=64: forward 10.54 → 9.34 ms); off, they run as tf32 on fp32 operands like
@@ -94,12 +94,14 @@ CONFIGS = {
     # P ≤ 16: 32-row tiles. With 64 rows, the [BM, 16] value/output tiles at 8 warps are miscompiled by Triton 3.6
     # on Hopper (H200: the output kernel faults in fp32 and returns wrong values in bf16, so does the dv kernel;
     # at 4 warps the output kernel is right; the interpreter runs the 64-row tiles exactly); 32 rows are right.
-    16: (MimoConfig(bm=32, name="bm32"),),
-    # P = 32 stays at 8 warps: at 4 warps with 16-bit forward dots the output kernel returned wrong outputs and
-    # faulted on the H200 (Triton 3.6; the interpreter runs it exactly); at 8 warps it is right.
-    32: (MimoConfig(name="bm64"),),
+    # 4 warps: H200, bf16, B=8, T=4096, P=16: forward / forward+backward 9.96 / 60.9 ms at 8 warps, 4.56 / 33.1.
+    16: (MimoConfig(bm=32, warps=4, state_warps=4, warps_bwd=4, name="bm32-w4"),),
+    # P = 32: at 4 warps with 16-bit forward dots the output kernel returned wrong outputs and faulted on the H200
+    # (Triton 3.6; the interpreter runs it exactly), so its forward dots stay tf32. H200, bf16, B=8, T=4096, P=32:
+    # 8 warps with 16-bit forward dots 7.79 / 46.0 ms, 4 warps with tf32 ones 5.36 / 28.2.
+    32: (MimoConfig(warps=4, state_warps=4, warps_bwd=4, fwd_dots16=False, name="bm64-w4-tf32"),),
     # P = 64 at 4 warps (two 4-warp CTAs per SM instead of one 8-warp CTA; 255 registers, ≤ 172 B spills on
-    # sm_90): H200, bf16, B=8, T=4096: forward / forward+backward 9.22 / 56.6 ms at 8 warps, 6.08 / 35.0 ms
+    # sm_90): H200, bf16, B=8, T=4096: forward / forward+backward 9.22 / 56.6 ms at 8 warps, 6.08 / 35.0 ms.
     64: (MimoConfig(warps=4, state_warps=4, warps_bwd=4, name="bm64-w4"),
          MimoConfig(bm_bwd=32, warps_bwd=4, name="bm64-bwd32")),
     # P = 128 at 64 rows: with 16-bit forward dots the output kernel returned wrong values on the H200 (Triton 3.6:

@@ -274,8 +274,7 @@ def aot_kernel_launches(cfg: MimoConfig, headdim: int, dtype, arch: int, dstate:
             (x, H * P if mode == 0 else R * H * P, 0 if mode == 0 else H * P, f, q, R * G * N, G * N, f, f, H * 2 * A,
              f, f, f, i32(16), i32(16), TT, H, H // G, G, N2, A, P),
             dict(R=R, BM=cfg.bm, BP=bps, BK=cfg.bk, MODE=mode, DOT_PREC=fwd_prec if mode == 0 else prec,
-                 num_warps=cfg.state_warps,
-                 num_stages=cfg.stages)))
+                 num_warps=cfg.state_warps, num_stages=cfg.stages)))
     out.append(KernelLaunch(f"mimo_state_bwd_kernel-{tag}", mimo_state_bwd_kernel,
                             (f, f, f, f, f, f, f, i32(16), H, P * N, NBC),
                             dict(HAS_DSFIN=True, BLK=STATE_BLK, num_warps=4, num_stages=1)))
