@@ -1,7 +1,8 @@
 """MIMO Mamba-3 Triton kernels: forward and forward+backward time, per-kernel CUDA time, cold compile time.
 
 Shapes (issue 4): bf16, H=32, G=1, N=128, P=64, R=4, chunk 16, with D and Z (and mimo_out):
-B=8, T=4096 and the same tokens as one sequence, B=1, T=32768.
+B=8, T=4096 and the same tokens as one sequence, B=1, T=32768; then B=8, T=4096 at the other P buckets (16, 32,
+128: each has its own configuration), without the per-kernel breakdown.
 
     PYTHONPATH=. python3 benchmarks/bench_mimo.py --out benchmarks/results/mimo_h200.json
 
@@ -34,11 +35,14 @@ def main():
     ap.add_argument("--out", default="benchmarks/results/mimo.json", help="JSON path; a .md table is written beside it")
     ap.add_argument("--quick", action="store_true", help="fewer repetitions")
     ap.add_argument("--sweep", action="store_true",
-                    help="also time config variants (state chunk length, backward tile) at B=8, T=4096")
+                    help="also time variants of the P = 64 configuration (state chunk length, warps per kernel family, "
+                         "backward tile, tf32 forward dots) at B=8, T=4096")
     ns = ap.parse_args()
 
     from benchmarks.common import bench_ms, kernel_breakdown, write_results
+    from mamba3.dispatch import device_spec
     from mamba3.ops.mimo.check import call
+    from mamba3.ops.mimo.configs import MimoProblem, choose_config
     from mamba3.ops.mimo.function import mimo_triton
     from mamba3.testing.inputs import tensor_leaves
 
@@ -46,8 +50,9 @@ def main():
     rows = []
     kernels = {}  # per-kernel CUDA time of one forward+backward, per shape
     cold = None
-    for bsz, seqlen in ((8, 4096), (1, 32768)):
-        args = make_args(bsz, seqlen)
+    for bsz, seqlen, headdim in ((8, 4096, 64), (1, 32768, 64), (8, 4096, 16), (8, 4096, 32), (8, 4096, 128)):
+        issue_shape = headdim == 64
+        args = make_args(bsz, seqlen, headdim=headdim)
         leaves = [x for _, x in tensor_leaves(args)]
 
         def fwd():
@@ -55,7 +60,7 @@ def main():
 
         for x in leaves:
             x.requires_grad_(True)
-        dout = torch.randn(bsz, seqlen, 32, 64, device="cuda", dtype=torch.bfloat16)
+        dout = torch.randn(bsz, seqlen, 32, headdim, device="cuda", dtype=torch.bfloat16)
 
         def fwd_bwd():
             o = fwd()
@@ -70,33 +75,31 @@ def main():
         with torch.no_grad():
             t_fwd = bench_ms(fwd, rep=rep)
         t_fb = bench_ms(fwd_bwd, rep=rep)
-        rows.append({"B": bsz, "T": seqlen, "H": 32, "N": 128, "P": 64, "R": 4, "dtype": "bf16",
-                     "fwd_ms": t_fwd, "fwd_bwd_ms": t_fb, "target_fwd_ms": 2.1, "target_fwd_bwd_ms": 8.4})
+        config = choose_config(device_spec(), MimoProblem(128, headdim, 4)).name
+        rows.append({"B": bsz, "T": seqlen, "H": 32, "N": 128, "P": headdim, "R": 4, "dtype": "bf16",
+                     "config": config, "fwd_ms": t_fwd, "fwd_bwd_ms": t_fb,
+                     "target_fwd_ms": 2.1 if issue_shape else "—", "target_fwd_bwd_ms": 8.4 if issue_shape else "—"})
         print(rows[-1], flush=True)
-        kernels[f"B{bsz}-T{seqlen}"] = kernel_breakdown(fwd_bwd, leaves)
-        print(kernels[f"B{bsz}-T{seqlen}"], flush=True)
+        if issue_shape:
+            kernels[f"B{bsz}-T{seqlen}"] = kernel_breakdown(fwd_bwd, leaves)
+            print(kernels[f"B{bsz}-T{seqlen}"], flush=True)
         del args, leaves, dout
         torch.cuda.empty_cache()
     sweep = []
     if ns.sweep:
         import dataclasses
 
-        from mamba3.dispatch import device_spec
         from mamba3.ops.mimo.check import compare as compare_with_float64
-        from mamba3.ops.mimo.configs import MimoProblem, choose_config
         from mamba3.testing.inputs import mimo_inputs
 
         base = choose_config(device_spec(), MimoProblem(128, 64, 4))
-        variants = [dataclasses.replace(base, state_tiles=st, name=f"{base.name}-st{st}") for st in (1, 2, 4, 8)]
-        variants.append(dataclasses.replace(base, bm_bwd=32, warps_bwd=4, name=f"{base.name}-bwd32"))
-        # 16 warps: the same tiles over twice the threads (half of every tile per thread, ≤ 128 registers), so
-        # one 16-warp CTA per SM instead of one 8-warp CTA (AOT sm_90: chunk_state 119-127 registers without
-        # spills; the output and backward kernels spill 372-1380 B)
-        # (16 warps for the backward kernels too ended in a CUDA illegal memory access on the H200, eighth
-        # session, and took the process down: not swept)
-        variants += [dataclasses.replace(base, state_warps=16, name=f"{base.name}-statew16"),
-                     dataclasses.replace(base, warps=16, state_warps=16, name=f"{base.name}-w16"),
-                     dataclasses.replace(base, state_tiles=1, state_warps=16, name=f"{base.name}-st1-statew16")]
+        R = dataclasses.replace
+        variants = [R(base, state_tiles=st, name=f"{base.name}-st{st}") for st in (1, 2, 4)]
+        # the twelfth session's warp counts: each kernel family back at 8 warps (one CTA per SM)
+        variants += [R(base, warps=8, name=f"{base.name}-out8"), R(base, state_warps=8, name=f"{base.name}-state8"),
+                     R(base, warps_bwd=8, name=f"{base.name}-bwd8"),
+                     R(base, bm_bwd=32, name=f"{base.name}-bwd32"),
+                     R(base, fwd_dots16=False, name=f"{base.name}-tf32fwd")]
         # a miscompiled variant shows here first: its errors against float64 on a small case (bf16 and fp32)
         small = {dt: mimo_inputs(bsz=2, seqlen=100, nheads=4, ngroups=1, dstate=128, headdim=64, rank=4,
                                  nangles=32, dtype=dt, device="cuda", with_D=True, with_z=True)
