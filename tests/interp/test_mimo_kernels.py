@@ -62,8 +62,10 @@ def test_multi_block_n():
            states=True, rms_norm=True)
 
 
-def test_every_config():
-    """Every configuration the dispatcher can select (at a P its bucket allows), on a tiny problem."""
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+def test_every_config(dtype):
+    """Every configuration the dispatcher can select (at a P its bucket allows), on a tiny problem; bf16 runs both
+    forward dot modes (16-bit operands where ``fwd_dots16``, tf32 elsewhere)."""
     from mamba3.ops.mimo.configs import CONFIGS
 
     seen = set()
@@ -73,7 +75,7 @@ def test_every_config():
             if key in seen:
                 continue
             seen.add(key)
-            _check(torch.float32, config=cfg, chunk_size=None, bsz=1, seqlen=9, nheads=1, ngroups=1, dstate=16,
+            _check(dtype, config=cfg, chunk_size=None, bsz=1, seqlen=9, nheads=1, ngroups=1, dstate=16,
                    headdim=16, rank=4, states=True, rms_norm=True)
 
 
