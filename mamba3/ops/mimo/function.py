@@ -117,14 +117,7 @@ def mimo_triton(q, k, v, adt, dt, trap, q_bias, k_bias, mimo_v, mimo_z, mimo_out
                                                                           cfg.bm_bwd // rank, cs_tokens, dev)
     TT = bsz * seqlen
     H = nheads
-    # fp32 inputs: tf32x3 (three tf32 MMAs, fp32-accurate) unless the caller opts into tf32. bf16/fp16 inputs: tf32
-    # on fp32 operands, except the forward's token-by-token dots (chunk states, scores, values), whose operands are
-    # rounded to the input's 16-bit type (fp32 accumulation); the states' product stays tf32 (a bf16 state moved
-    # the output's error at T = 1 with input states from 2.2e-3 to 3.5e-3, interpreter, against the 3e-3 bar).
-    # For fp16 inputs the decay-weighted scores γ·q̃·k̃ are rounded to fp16 too (as in SISO's 16-bit path), so
-    # |γ·q̃·k̃| must stay below 65504 (normalised q/k, as the layer feeds them, are far below it).
-    dot_prec = "tf32x3" if (v.dtype == f32 and precision == "ieee") else "tf32"
-    fwd_prec = {torch.bfloat16: "bf16", torch.float16: "fp16"}.get(v.dtype, dot_prec) if cfg.fwd_dots16 else dot_prec
+    dot_prec, fwd_prec = _launch.dot_precisions(v.dtype, cfg, precision)
     L = _launch.Launch(cfg=cfg, tables=tables, tables_bwd=tables_bwd, TT=TT, H=H, G=ngroups, R=rank,
                        N2=dstate // 2, A=nangles, P=headdim, BP=block_p(headdim), dot_prec=dot_prec, fwd_prec=fwd_prec,
                        eps=float(norm_eps))

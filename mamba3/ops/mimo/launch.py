@@ -112,6 +112,19 @@ class Launch:
         return self.H // self.G
 
 
+def dot_precisions(dtype, cfg: MimoConfig, precision: str = "ieee") -> tuple[str, str]:
+    """(dot_prec, fwd_prec) of :class:`Launch` for inputs of ``dtype``. fp32 inputs: tf32x3 (three tf32 MMAs,
+    fp32-accurate) unless the caller opts into ``precision="tf32"``. bf16/fp16 inputs: tf32 on fp32 operands,
+    except the forward's token-by-token dots (chunk states, scores, values) where ``cfg.fwd_dots16``: their
+    operands are rounded to the input's 16-bit type (fp32 accumulation). The states' product always stays tf32:
+    a bf16 state moved the output's error at T = 1 with input states from 2.2e-3 to 3.5e-3 (interpreter, against
+    the 3e-3 bar). For fp16 inputs the decay-weighted scores γ·q̃·k̃ are then rounded to fp16 too (as in SISO's
+    16-bit path), so |γ·q̃·k̃| must stay below 65504 (normalised q/k, as the layer feeds them, are far below it)."""
+    dot_prec = "tf32x3" if (dtype == torch.float32 and precision == "ieee") else "tf32"
+    fwd16 = {torch.bfloat16: "bf16", torch.float16: "fp16"}.get(dtype)
+    return dot_prec, (fwd16 if fwd16 is not None and cfg.fwd_dots16 else dot_prec)
+
+
 def _dims(L: Launch):
     return dict(TT=L.TT, H=L.H, HG=L.HG, G=L.G, N2=L.N2, A=L.A, P=L.P)
 
@@ -256,8 +269,7 @@ def aot_kernel_launches(cfg: MimoConfig, headdim: int, dtype, arch: int, dstate:
     H, G, R, N, P, A = 32, 1, 4, dstate, headdim, dstate // 4
     N2, TT, NBC = N // 2, 4096, 64
     BP = block_p(P)
-    prec = "tf32x3" if dtype == torch.float32 else "tf32"
-    fwd_prec = "tf32x3" if dtype == torch.float32 else ("bf16" if cfg.fwd_dots16 else "tf32")
+    prec, fwd_prec = dot_precisions(dtype, cfg)
     e = lambda *shape, dt=torch.float32: torch.empty(*shape, dtype=dt)  # noqa: E731
     i32 = lambda n: torch.empty(n, dtype=torch.int32)  # noqa: E731
     q = e(16, dt=dtype)
