@@ -34,7 +34,8 @@ import triton.language as tl
 
 from .chunking import Chunks
 from .launch import launch
-from .tiles import batch_strides, chunk_row, chunk_scalars, head_angle_rows, sincos, tanh_sech2, theta_tile
+from .tiles import (batch_strides, chunk_row, chunk_scalars, head_angle_rows, reverse_cumsum, sincos, tanh_sech2,
+                    theta_tile)
 
 TWO_PI = 2.0 * math.pi
 
@@ -193,7 +194,7 @@ def angle_bwd_kernel(ang_ptr, dt_ptr, r_ptr, dlater_ptr, dang_ptr, ddt_ptr, tabl
         h = h0 + hh
         dt = tl.load(dt_ptr + bidx * s_b + h * s_h + t, mask=m, other=0.0).to(tl.float32)
         r = tl.load(r_ptr + head_angle_rows(bidx, t, h, T, H, A)[:, None] + pa[None, :], mask=mm, other=0.0)
-        r = tl.sum(r, 0)[None, :] - tl.cumsum(r, 0) + r  # Σ_{s ≥ t} within the chunk
+        r = reverse_cumsum(r)  # Σ_{s ≥ t} within the chunk
         g = r + tl.load(dlater_ptr + (c * H + h) * A + pa, mask=am, other=0.0)[None, :]
         g = tl.where(mm, g, 0.0)
         dphi += 3.141592653589793 * se * dt[:, None] * g

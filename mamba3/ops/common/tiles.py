@@ -10,6 +10,7 @@ Contract: every helper works on one chunk of one (sequence, head): rows ``i = 0.
                       sequence's last token), and the within-chunk cumsum cs_t = Σ_{r≤t} a_r.
 * ``chunk_coefficients``  γ, scale, cs and cs_last of a chunk loaded from the per-token table ``chunk_sums``
                       writes with ``chunk_scalars`` (the SISO chunk kernels: no scan or sigmoid per kernel and head).
+* ``reverse_cumsum``  Σ_{s ≥ t} along a chunk's rows (the backward's within-chunk scans of θ and of the decay).
 * ``theta_tile``      θ (C × BA) = offset[c] + within-chunk cumsum of π·tanh(φ)·dt for the angle columns ``pa``
                       (columns ≥ A give θ = 0: no rotation). tanh is 2σ(2x)−1 (``fast_sigmoid``).
 * ``head_angle_rows`` element offsets of rows (batch row, token, head) of a contiguous (B, T, H, A) tensor: the
@@ -92,6 +93,12 @@ def chunk_coefficients(coef_ptr, plane, base, t0, L, C: tl.constexpr):
     gamma = tl.load(row + plane + i, mask=m, other=0.0)
     scale = tl.load(row + 2 * plane + i, mask=m, other=0.0)
     return i, m, gamma, scale, cs, cs_last
+
+
+@triton.jit
+def reverse_cumsum(x):
+    """Σ_{s ≥ t} x_s along axis 0 of a chunk's rows (the inclusive reverse cumsum), as total − cumsum + x."""
+    return tl.sum(x, 0, keep_dims=True) - tl.cumsum(x, 0) + x
 
 
 @triton.jit

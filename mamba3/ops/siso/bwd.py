@@ -26,7 +26,8 @@ import triton
 import triton.language as tl
 
 from ..common.tiles import (add_bias_pairs, batch_strides, chunk_row, chunk_coefficients, fast_exp, fast_sigmoid,
-                            head_angle_rows, join_pairs, load_pairs, rotation_tile, split16, split_pairs, store_pairs)
+                            head_angle_rows, join_pairs, load_pairs, reverse_cumsum, rotation_tile, split16, split_pairs,
+                            store_pairs)
 from .fwd import rotated_qk_block, rotated_qk_halves, state_halves
 
 
@@ -151,7 +152,7 @@ def decay_grad_kernel(gcs_ptr, bterm_ptr, kend_ptr, dadt_ptr, table_ptr, T, NB_B
         g += tl.load(gcs_ptr + pb * NB_B * s_b + tok, mask=m, other=0.0)
         b += tl.load(bterm_ptr + pb * NB_B * s_b + tok, mask=m, other=0.0)
         kend += tl.load(kend_ptr + pb * sd_n + c * H + h)
-    dadt = tl.sum(g, 0) - tl.cumsum(g, 0) + g + tl.cumsum(b, 0) - b + kend
+    dadt = reverse_cumsum(g) + tl.cumsum(b, 0) - b + kend
     tl.store(dadt_ptr + tok, dadt, mask=m)
 
 
