@@ -37,6 +37,8 @@ def main():
     ap.add_argument("--sweep", action="store_true",
                     help="also time variants of the P = 64 configuration (state chunk length, warps per kernel family, "
                          "backward tile, tf32 forward dots) at B=8, T=4096")
+    ap.add_argument("--only", default="", help="with --sweep: comma-separated substrings of the variants to time "
+                                               "(matched against 'config/dtype', e.g. 'st1,bm32-st4/float32')")
     ns = ap.parse_args()
 
     from benchmarks.common import bench_ms, kernel_breakdown, write_results
@@ -50,9 +52,11 @@ def main():
     rows = []
     kernels = {}  # per-kernel CUDA time of one forward+backward, per shape
     cold = None
-    for bsz, seqlen, headdim in ((8, 4096, 64), (1, 32768, 64), (8, 4096, 16), (8, 4096, 32), (8, 4096, 128)):
-        issue_shape = headdim == 64
-        args = make_args(bsz, seqlen, headdim=headdim)
+    bf16, fp32 = torch.bfloat16, torch.float32
+    for bsz, seqlen, headdim, dtype in ((8, 4096, 64, bf16), (1, 32768, 64, bf16), (8, 4096, 16, bf16),
+                                        (8, 4096, 32, bf16), (8, 4096, 128, bf16), (8, 4096, 64, fp32)):
+        issue_shape = headdim == 64 and dtype == bf16
+        args = make_args(bsz, seqlen, headdim=headdim, dtype=dtype)
         leaves = [x for _, x in tensor_leaves(args)]
 
         def fwd():
@@ -60,7 +64,7 @@ def main():
 
         for x in leaves:
             x.requires_grad_(True)
-        dout = torch.randn(bsz, seqlen, 32, headdim, device="cuda", dtype=torch.bfloat16)
+        dout = torch.randn(bsz, seqlen, 32, headdim, device="cuda", dtype=dtype)
 
         def fwd_bwd():
             o = fwd()
@@ -75,8 +79,9 @@ def main():
         with torch.no_grad():
             t_fwd = bench_ms(fwd, rep=rep)
         t_fb = bench_ms(fwd_bwd, rep=rep)
-        config = choose_config(device_spec(), MimoProblem(128, headdim, 4)).name
-        rows.append({"B": bsz, "T": seqlen, "H": 32, "N": 128, "P": headdim, "R": 4, "dtype": "bf16",
+        config = choose_config(device_spec(), MimoProblem(128, headdim, 4, dtype)).name
+        rows.append({"B": bsz, "T": seqlen, "H": 32, "N": 128, "P": headdim, "R": 4,
+                     "dtype": str(dtype).removeprefix("torch."),
                      "config": config, "fwd_ms": t_fwd, "fwd_bwd_ms": t_fb,
                      "target_fwd_ms": 2.1 if issue_shape else "—", "target_fwd_bwd_ms": 8.4 if issue_shape else "—"})
         print(rows[-1], flush=True)
@@ -100,30 +105,41 @@ def main():
                      R(base, warps_bwd=8, name=f"{base.name}-bwd8"),
                      R(base, bm_bwd=32, name=f"{base.name}-bwd32"),
                      R(base, fwd_dots16=False, name=f"{base.name}-tf32fwd")]
+        # fp32 inputs (tf32x3 dots): the default tiles spill ≈ 4 KB per thread (AOT sm_90), 32-row tiles ≤ 712 B
+        variants = [(v, torch.bfloat16) for v in variants] + [
+            (base, torch.float32), (R(base, bm=32, bm_bwd=32, state_tiles=4, name=f"{base.name}-bm32-st4"),
+                                    torch.float32)]
         # a miscompiled variant shows here first: its errors against float64 on a small case (bf16 and fp32)
         small = {dt: mimo_inputs(bsz=2, seqlen=100, nheads=4, ngroups=1, dstate=128, headdim=64, rank=4,
                                  nangles=32, dtype=dt, device="cuda", with_D=True, with_z=True)
                  for dt in (torch.bfloat16, torch.float32)}
-        args = make_args(8, 4096)
-        leaves = [x for _, x in tensor_leaves(args)]
-        for x in leaves:
-            x.requires_grad_(True)
-        dout = torch.randn(8, 4096, 32, 64, device="cuda", dtype=torch.bfloat16)
-        for cfg in variants:
-            def fwd(cfg=cfg):
+        keep = [x for x in ns.only.split(",") if x]
+        for cfg, dtype in variants:
+            if keep and not any(x in f"{cfg.name}/{str(dtype).removeprefix('torch.')}" for x in keep):
+                continue
+            args = make_args(8, 4096, dtype=dtype)
+            leaves = [x for _, x in tensor_leaves(args)]
+            for x in leaves:
+                x.requires_grad_(True)
+            dout = torch.randn(8, 4096, 32, 64, device="cuda", dtype=dtype)
+
+            def fwd(cfg=cfg, args=args):
                 return call(mimo_triton, args, chunk_size=16, precision="ieee", config=cfg)[0]
 
-            def fwd_bwd(cfg=cfg):
-                torch.autograd.grad(fwd(cfg), leaves, dout, allow_unused=True)
+            def fwd_bwd(cfg=cfg, args=args, leaves=leaves, dout=dout):
+                torch.autograd.grad(fwd(cfg, args), leaves, dout, allow_unused=True)
 
             fwd_bwd()
             with torch.no_grad():
                 t_fwd = bench_ms(fwd, rep=rep)
             worst = {str(dt).removeprefix("torch."): max(compare_with_float64(a, config=cfg).items(),
                                                          key=lambda kv: kv[1]) for dt, a in small.items()}
-            sweep.append({"config": cfg.name, "fwd_ms": t_fwd, "fwd_bwd_ms": bench_ms(fwd_bwd, rep=rep),
+            sweep.append({"config": cfg.name, "dtype": str(dtype).removeprefix("torch."), "fwd_ms": t_fwd,
+                          "fwd_bwd_ms": bench_ms(fwd_bwd, rep=rep),
                           "worst_rel_err": {k: f"{n} {e:.2e}" for k, (n, e) in worst.items()}})
             print(sweep[-1], flush=True)
+            del args, leaves, dout
+            torch.cuda.empty_cache()
     write_results(ns.out, "MIMO Mamba-3 Triton kernels", rows,
                   extra={"cold_fwd_bwd_s": cold, "kernels_fwd_bwd_ms": kernels, **({"sweep": sweep} if sweep else {})})
     print({"cold_fwd_bwd_s": cold})

@@ -29,6 +29,9 @@ CANDIDATES = {
     # the backward kernels at 4 warps (two CTAs per SM; AOT sm_90: 1.3-1.8 KB spills) — what made MIMO's faster
     "bf16-joined-c64-w4/4": ("bf16", SisoConfig(64, 64, 64, 4, 4, 1)),
     "bf16-joined-c64-w8/4": ("bf16", SisoConfig(64, 64, 64, 8, 4, 1)),
+    # bwd_dqk's head split (programs per q/k group; fp32 dq/dk partials summed on the host): 8 is the default
+    "bf16-joined-c64-w4/8-hs4": ("bf16", SisoConfig(64, 64, 64, 4, 8, 1, head_split=4)),
+    "bf16-joined-c64-w4/8-hs2": ("bf16", SisoConfig(64, 64, 64, 4, 8, 1, head_split=2)),
     "fp32-x3-c32-b32-w4/8": ("fp32", SisoConfig(32, 32, 32, 4, 8, 1, half_dots=False, halves=True,
                                                 fp32_prec="tf32x3")),
     "fp32-x3-c64-b32-w4/8": ("fp32", SisoConfig(64, 32, 32, 4, 8, 1, half_dots=False, halves=True,

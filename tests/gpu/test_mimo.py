@@ -104,13 +104,15 @@ def test_dispatcher_fits_device():
 
 def test_new_length_does_not_recompile():
     """A new T or batch size never recompiles (the official MIMO compiles three kernels per new shape)."""
+    from mamba3.ops.common import cumsum
     from mamba3.ops.common.state_passing import state_passing_kernel
     from mamba3.ops.mimo import bwd, fwd
     from mamba3.ops.mimo.check import call
     from mamba3.ops.mimo.function import mimo_triton
 
     kernels = [fwd.mimo_chunk_state_kernel, state_passing_kernel, fwd.mimo_out_kernel,
-               bwd.mimo_state_bwd_kernel, bwd.mimo_bwd_dqk_kernel, bwd.mimo_bwd_dv_kernel]
+               bwd.mimo_state_bwd_kernel, bwd.mimo_bwd_dqk_kernel, bwd.mimo_bwd_dv_kernel,
+               cumsum.chunk_sums_kernel, cumsum.rotation_kernel, cumsum.angle_totals_kernel, cumsum.angle_bwd_kernel]
 
     def count():
         return sum(len(k.device_caches[d][0]) for k in kernels for d in list(k.device_caches))

@@ -61,6 +61,51 @@ def test_chunk_sums_and_angle_offsets(cu, shared):
         assert d.abs().max() < 1e-5
 
 
+def _theta_reference(ang, dt, state, cu, B, T, H):
+    """θ (B, T, H, A) float64, unwrapped: the angle state plus the running sum over each sequence."""
+    phi = ang.double() if ang.dim() == 4 else ang.double()[:, :, None, :].expand(B, T, H, ang.shape[-1])
+    inc = math.pi * torch.tanh(phi) * dt.double().transpose(1, 2)[..., None]
+    theta = torch.empty_like(inc)
+    bounds = [(b, 0, T) for b in range(B)] if cu is None else [(0, cu[s], cu[s + 1]) for s in range(len(cu) - 1)]
+    for s, (b, lo, hi) in enumerate(bounds):
+        theta[b, lo:hi] = state[s].double() + inc[b, lo:hi].cumsum(0)
+    return theta
+
+
+def _angle_distance(x, want):
+    return (torch.remainder(x.double() - want + math.pi, 2 * math.pi) - math.pi).abs().max()
+
+
+@pytest.mark.parametrize("cu", [None, [0, 3, 70, 71, 150]])
+@pytest.mark.parametrize("shared", [False, True])
+def test_rotation_planes_and_angle_cumsum(cu, shared):
+    """The per-token rotation (SISO's sin/cos planes, MIMO's θ mod 2π) over chunks of 64 tokens, ragged chunks and
+    ragged column blocks included (H·A = 3·45 columns, two blocks of 128), against float64 running sums."""
+    from mamba3.ops.common.cumsum import angle_cumsum, angle_offsets, chunk_sums, rotation_planes
+
+    g = torch.Generator().manual_seed(1)
+    B, T, H, A, C = (2, 150, 3, 45, 64) if cu is None else (1, 150, 3, 45, 64)
+    # dt ≤ 0.1 (as the layer's dt_max): a chunk's running sum stays within ~20 rad, where fp32 resolves 2e-6
+    dt = 0.1 * torch.rand(B, H, T, generator=g)
+    ang = torch.randn((B, T, A) if shared else (B, T, H, A), generator=g)
+    ch = _chunks(B, T, C, cu)
+    state = torch.rand(ch.nseq, H, A, generator=g) * 6
+    want = _theta_reference(ang, dt, state, cu, B, T, H)
+    _, asum, _ = chunk_sums(-torch.rand(B, H, T, generator=g), dt, torch.randn(B, H, T, generator=g), ang, ch, H, A)
+    off, _ = angle_offsets(asum, ch, state)
+    rot, plane = rotation_planes(ang, dt, off, ch, H, A)
+    assert plane == B * T * H * A
+    torch.testing.assert_close(rot[0].double(), torch.sin(want), atol=2e-6, rtol=0)
+    torch.testing.assert_close(rot[1].double(), torch.cos(want), atol=2e-6, rtol=0)
+    theta, final = angle_cumsum(ang, dt, ch, H, A, state)
+    assert theta.shape == (B, T, H, A) and theta.dtype == torch.float32
+    assert theta.min() >= 0 and theta.max() < 2 * math.pi
+    assert _angle_distance(theta, want) < 2e-6
+    last = [(b, T - 1) for b in range(B)] if cu is None else [(0, e - 1) for e in cu[1:]]
+    for s, (b, t) in enumerate(last):
+        assert _angle_distance(final[s], want[b, t]) < 2e-6
+
+
 @pytest.mark.parametrize("cu", [None, [0, 20, 21, 50]])
 @pytest.mark.parametrize("reverse", [False, True])
 def test_state_passing(cu, reverse):

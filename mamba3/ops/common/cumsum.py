@@ -34,8 +34,8 @@ import triton.language as tl
 
 from .chunking import Chunks
 from .launch import launch
-from .tiles import (batch_strides, chunk_row, chunk_scalars, head_angle_rows, reverse_cumsum, sincos, tanh_sech2,
-                    theta_tile)
+from .tiles import (PI, batch_strides, chunk_row, chunk_scalars, head_angle_rows, reverse_cumsum, sincos,
+                    tanh_sech2, wrap_angle)
 
 TWO_PI = 2.0 * math.pi
 
@@ -43,19 +43,26 @@ TWO_PI = 2.0 * math.pi
 @triton.jit(do_not_specialize=["T", "coef_plane"])
 def chunk_sums_kernel(adt_ptr, dt_ptr, trap_ptr, ang_ptr, gsum_ptr, asum_ptr, coef_ptr, coef_plane, table_ptr,
                       T, sa_t, sa_h, H, A,
-                      C: tl.constexpr, BA: tl.constexpr, HAS_ANG: tl.constexpr):
+                      C: tl.constexpr, BA: tl.constexpr, HAS_ANG: tl.constexpr, HAS_COEF: tl.constexpr):
+    """Per (chunk, head): the angle sums (HAS_ANG) and, with HAS_COEF, Σ adt and the coefficient table (see the
+    module docstring). Without HAS_COEF adt, trap, gsum and coef are not touched (MIMO's angles)."""
     _, _, s_h, s_b, sa_b = batch_strides(T, H, 0, 0, sa_t)
     pid = tl.program_id(0).to(tl.int64)  # chunk-major, head fastest (DRAM locality of (B, T, H, A) angles)
     c = pid // H
     h = pid % H
     bidx, t0, L, t_end = chunk_row(table_ptr, c)
-    i, m, a, dt, _, gamma, scale, cs = chunk_scalars(adt_ptr, dt_ptr, trap_ptr, bidx * s_b + h * s_h, t0, L, t_end,
-                                                     C)
-    tl.store(gsum_ptr + c * H + h, tl.sum(a, 0))
-    row = coef_ptr + bidx * s_b + h * s_h + t0 + i
-    tl.store(row, cs, mask=m)
-    tl.store(row + coef_plane, gamma, mask=m)
-    tl.store(row + 2 * coef_plane, scale, mask=m)
+    if HAS_COEF:
+        i, m, a, dt, _, gamma, scale, cs = chunk_scalars(adt_ptr, dt_ptr, trap_ptr, bidx * s_b + h * s_h, t0, L,
+                                                         t_end, C)
+        tl.store(gsum_ptr + c * H + h, tl.sum(a, 0))
+        row = coef_ptr + bidx * s_b + h * s_h + t0 + i
+        tl.store(row, cs, mask=m)
+        tl.store(row + coef_plane, gamma, mask=m)
+        tl.store(row + 2 * coef_plane, scale, mask=m)
+    else:
+        i = tl.arange(0, C)
+        m = i < L
+        dt = tl.load(dt_ptr + bidx * s_b + h * s_h + t0 + i, mask=m, other=0.0).to(tl.float32)
     if HAS_ANG:
         pa = tl.arange(0, BA)
         am = pa < A
@@ -73,6 +80,18 @@ def _angle_strides(angles, nheads: int, nangles: int):
     return shared, nangles if shared else nheads * nangles, 0 if shared else nangles
 
 
+def _sums_warps(ba: int) -> int:
+    """Warps of chunk_sums_kernel: one for up to 32 angles (a C×32 tile), more for wider angle blocks (C×128 at one
+    warp spilled 568 B, AOT sm_90)."""
+    return min(4, max(1, ba // 32))
+
+
+def _angle_bwd_warps(ba: int) -> int:
+    """Warps of the angle backward kernels: two for up to 32 angles, more for wider blocks (angle_bwd_kernel's
+    C×128 tiles at two warps spilled 9.5 KB, AOT sm_90)."""
+    return min(8, max(2, ba // 16))
+
+
 def chunk_sums(adt, dt, trap, angles, chunks: Chunks, nheads: int, nangles: int):
     """Launch :func:`chunk_sums_kernel`. adt/dt/trap must have unit time stride, angles unit last stride."""
     dev = adt.device
@@ -81,48 +100,94 @@ def chunk_sums(adt, dt, trap, angles, chunks: Chunks, nheads: int, nangles: int)
     coef = torch.empty((3,) + tuple(adt.shape), device=dev, dtype=torch.float32)  # every token is written
     assert angles.is_contiguous() and adt.is_contiguous() and dt.is_contiguous() and trap.is_contiguous()
     _, sa_t, sa_h = _angle_strides(angles, nheads, nangles)
+    ba = triton.next_power_of_2(max(nangles, 1))
     launch(chunk_sums_kernel, (chunks.nchunks * nheads,),
            adt, dt, trap, angles, gsum, asum, coef, adt.numel(), chunks.chunk_table, adt.shape[-1], sa_t, sa_h,
-           nheads, nangles, C=chunks.chunk_size, BA=triton.next_power_of_2(max(nangles, 1)), HAS_ANG=nangles > 0,
-           num_warps=1)
+           nheads, nangles, C=chunks.chunk_size, BA=ba, HAS_ANG=nangles > 0, HAS_COEF=True,
+           num_warps=_sums_warps(ba))
     return gsum, asum[..., :nangles], coef
 
 
+def angle_cumsum(angles, dt, chunks: Chunks, nheads: int, nangles: int, angle_state=None):
+    """θ (B, T, H, A) fp32 in [0, 2π) of every token, head and angle (the MIMO kernels' angles), and the final angle
+    state (NS, H, A) float64: the angle sums of ``chunk_sums_kernel``, their float64 prefix (``angle_offsets``) and
+    ``rotation_kernel``'s within-chunk running sums. Every step is chunk-parallel, so one long sequence is as fast
+    as a batch of short ones. Not differentiable by itself: ``angle_backward`` is its backward (the mod 2π is the
+    identity for gradients)."""
+    assert angles.is_contiguous() and dt.is_contiguous()
+    B, T = dt.shape[0], dt.shape[-1]
+    dev = dt.device
+    asum = torch.empty(chunks.nchunks, nheads, nangles, device=dev, dtype=torch.float32)
+    _, sa_t, sa_h = _angle_strides(angles, nheads, nangles)
+    ba = triton.next_power_of_2(nangles)
+    launch(chunk_sums_kernel, (chunks.nchunks * nheads,),
+           dt, dt, dt, angles, asum, asum, asum, 0, chunks.chunk_table, T, sa_t, sa_h, nheads, nangles,
+           C=chunks.chunk_size, BA=ba, HAS_ANG=True, HAS_COEF=False, num_warps=_sums_warps(ba))
+    off, final = angle_offsets(asum, chunks, angle_state)
+    theta = torch.empty(B, T, nheads, nangles, device=dev, dtype=torch.float32)
+    _rotation_launch(angles, dt, off, chunks, nheads, nangles, theta, 0, theta=True)
+    return theta, final
+
+
 @triton.jit(do_not_specialize=["T", "plane"])
-def rotation_kernel(ang_ptr, dt_ptr, off_ptr, rot_ptr, table_ptr, T, sa_t, sa_h, H, A, plane,
-                    C: tl.constexpr, BA: tl.constexpr):
+def rotation_kernel(ang_ptr, dt_ptr, off_ptr, out_ptr, table_ptr, T, sa_t, sa_h, H, A, plane,
+                    C: tl.constexpr, BLOCK: tl.constexpr, THETA: tl.constexpr):
+    """One chunk's θ_t = offset + Σ_{s ≤ t, s in the chunk} π·tanh(φ_s)·dt_s for BLOCK (head, angle) columns
+    (grid: chunk, column block). THETA: θ mod 2π itself (out_ptr: (B, T, H, A)); else sin θ at out_ptr and cos θ
+    at out_ptr + plane ((2, B, T, H, A) planes).
+
+    Each thread owns one column and walks the chunk's tokens in order, so the within-chunk cumsum is a running
+    sum in registers (no scan across threads), every load of φ and store of θ (or sin, cos) is a row of
+    consecutive columns, and a thread holds a few registers per token: every token's φ and dt are loaded before
+    the first store, so the loads are all in flight together (a store could alias a later load otherwise)."""
     _, _, s_h, s_b, sa_b = batch_strides(T, H, 0, 0, sa_t)
-    pid = tl.program_id(0).to(tl.int64)  # chunk-major, head fastest (as chunk_sums); grid axis 1: angle block
-    c = pid // H
-    h = pid % H
+    c = tl.program_id(0).to(tl.int64)
+    col = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    cm = col < H * A
+    h = col // A
+    a = col - h * A
     bidx, t0, L, _ = chunk_row(table_ptr, c)
-    i = tl.arange(0, C)
-    m = i < L
-    t = t0 + i
-    dt = tl.load(dt_ptr + bidx * s_b + h * s_h + t, mask=m, other=0.0).to(tl.float32)
-    pa = tl.program_id(1) * BA + tl.arange(0, BA)
-    si, co = sincos(theta_tile(ang_ptr, bidx * sa_b + t * sa_t + h * sa_h, m, dt, off_ptr + (c * H + h) * A, pa, A))
-    ptr = rot_ptr + head_angle_rows(bidx, t, h, T, H, A)[:, None] + pa[None, :]
-    mm = m[:, None] & (pa < A)[None, :]
-    tl.store(ptr, si, mask=mm)
-    tl.store(ptr + plane, co, mask=mm)
+    ang = ang_ptr + bidx * sa_b + t0 * sa_t + h * sa_h + a
+    dtp = dt_ptr + bidx * s_b + h * s_h + t0
+    rows = tl.where(cm, L, 0)  # tokens of this column: the mask of token i is one compare, i < rows
+    phis = ()
+    dts = ()
+    for i in tl.static_range(C):
+        phis = phis + (tl.load(ang + i * sa_t, mask=i < rows, other=0.0),)
+        dts = dts + (tl.load(dtp + i, mask=i < rows, other=0.0),)
+    off = tl.load(off_ptr + c * H * A + col, mask=cm, other=0.0)
+    out = out_ptr + (bidx * T + t0) * (H * A) + col
+    cs = tl.zeros([BLOCK], dtype=tl.float32)
+    for i in tl.static_range(C):
+        m = i < rows
+        th, _ = tanh_sech2(phis[i].to(tl.float32))
+        cs += PI * th * dts[i].to(tl.float32)
+        if THETA:
+            tl.store(out + i * (H * A), wrap_angle(cs + off), mask=m)
+        else:
+            si, co = sincos(cs + off)
+            tl.store(out + i * (H * A), si, mask=m)
+            tl.store(out + i * (H * A) + plane, co, mask=m)
+
+
+def _rotation_launch(angles, dt, offset, chunks: Chunks, nheads: int, nangles: int, out, plane: int, theta: bool):
+    _, sa_t, sa_h = _angle_strides(angles, nheads, nangles)
+    # one column per thread, 4 warps: 128 (head, angle) columns of one chunk per program
+    block = 128
+    launch(rotation_kernel, (chunks.nchunks, triton.cdiv(nheads * nangles, block)),
+           angles, dt, offset, out, chunks.chunk_table, dt.shape[-1], sa_t, sa_h, nheads, nangles, plane,
+           C=chunks.chunk_size, BLOCK=block, THETA=theta, num_warps=block // 32)
 
 
 def rotation_planes(angles, dt, offset, chunks: Chunks, nheads: int, nangles: int):
-    """Launch :func:`rotation_kernel` (see the module docstring). dt: (B, H, T) unit time stride; angles
-    contiguous."""
+    """Launch :func:`rotation_kernel` for the sin/cos planes (see the module docstring). dt: (B, H, T) unit time
+    stride; angles contiguous."""
     B, T = dt.shape[0], dt.shape[-1]
     plane = B * T * nheads * nangles
     rot = torch.empty(2, B, T, nheads, max(nangles, 1), device=dt.device, dtype=torch.float32)
     if nangles == 0:  # no rotation: the kernels never read the planes
         return rot, plane
-    _, sa_t, sa_h = _angle_strides(angles, nheads, nangles)
-    # 1 warp on C×32 tiles: H200, B8 T4096 H32 A32: 0.22 ms (2 warps 0.32, 4: 0.28, 8: 0.32; copying the planes
-    # takes 0.13); more angles take more programs (a C×BA tile at 1 warp is C·BA/32 fp32 per thread)
-    ba = min(32, triton.next_power_of_2(nangles))
-    launch(rotation_kernel, (chunks.nchunks * nheads, triton.cdiv(nangles, ba)),
-           angles, dt, offset, rot, chunks.chunk_table, T, sa_t, sa_h, nheads, nangles, plane,
-           C=chunks.chunk_size, BA=ba, num_warps=1)
+    _rotation_launch(angles, dt, offset, chunks, nheads, nangles, rot, plane, theta=False)
     return rot, plane
 
 
@@ -210,7 +275,7 @@ def angle_backward(R, dfinal_angle, angles, dt, chunks: Chunks, nheads: int, nan
     ba = triton.next_power_of_2(max(nangles, 1))
     doff = torch.empty(chunks.nchunks, nheads, nangles, device=dev, dtype=torch.float32)  # dθ summed per chunk
     launch(angle_totals_kernel, (chunks.nchunks * nheads,), R, doff, chunks.chunk_table, T, nheads, nangles,
-           C=chunks.chunk_size, BA=ba, num_warps=2)
+           C=chunks.chunk_size, BA=ba, num_warps=_angle_bwd_warps(ba))
     doff = doff.to(torch.float64)
     tot = _cumsum_chunks(doff)
     seq_end_tot = tot[chunks.seq_last]  # (NS, H, A)
@@ -228,5 +293,5 @@ def angle_backward(R, dfinal_angle, angles, dt, chunks: Chunks, nheads: int, nan
     ang = angles.contiguous()
     launch(angle_bwd_kernel, (chunks.nchunks * (1 if shared else nheads),), 
         ang, dt, R, dlater, dang, ddt, chunks.chunk_table, T, sa_t, sa_h, nheads, nangles,
-        C=chunks.chunk_size, BA=ba, SHARED=shared, num_warps=2)
+        C=chunks.chunk_size, BA=ba, SHARED=shared, num_warps=_angle_bwd_warps(ba))
     return dang, ddt, seq_sum

@@ -11,8 +11,6 @@ Contract: every helper works on one chunk of one (sequence, head): rows ``i = 0.
 * ``chunk_coefficients``  γ, scale, cs and cs_last of a chunk loaded from the per-token table ``chunk_sums``
                       writes with ``chunk_scalars`` (the SISO chunk kernels: no scan or sigmoid per kernel and head).
 * ``reverse_cumsum``  Σ_{s ≥ t} along a chunk's rows (the backward's within-chunk scans of θ and of the decay).
-* ``theta_tile``      θ (C × BA) = offset[c] + within-chunk cumsum of π·tanh(φ)·dt for the angle columns ``pa``
-                      (columns ≥ A give θ = 0: no rotation). tanh is 2σ(2x)−1 (``fast_sigmoid``).
 * ``head_angle_rows`` element offsets of rows (batch row, token, head) of a contiguous (B, T, H, A) tensor: the
                       sin/cos planes and the per-token dθ sums R of the backward share that layout.
 * ``rotation_tile``   (sin θ, cos θ) of a chunk's rows and one N block's angle columns, loaded from the fp32 planes
@@ -22,6 +20,7 @@ Contract: every helper works on one chunk of one (sequence, head): rows ``i = 0.
                       accuracy of tl.exp / tl.sigmoid in about a third of the instructions), tl.exp / tl.sigmoid
                       under the interpreter.
 * ``tanh_sech2``      tanh and sech² of x through one sigmoid.
+* ``wrap_angle``      θ mod 2π in [0, 2π).
 * ``sincos``          sin and cos for moderate |x| (θ < 2π + a chunk's increments): quadrant reduction by π/2
                       (three-constant Cody–Waite) and degree-9/10 polynomials on [−π/4, π/4]; abs error ≈ 1e-7. Plain
                       arithmetic, so it runs in the interpreter and avoids libdevice's large sin/cos code (which
@@ -146,16 +145,15 @@ def sincos(x):
     return sn, cn
 
 
+TWO_PI = tl.constexpr(6.283185307179586)
+
+
 @triton.jit
-def theta_tile(ang_ptr, ang_row, m, dt, off_ptr, pa, A):
-    """θ for the rows of a chunk (``ang_row``: (C,) element offsets of φ rows) and the angle columns ``pa``."""
-    am = pa < A
-    mm = m[:, None] & am[None, :]
-    phi = tl.load(ang_ptr + ang_row[:, None] + pa[None, :], mask=mm, other=0.0).to(tl.float32)
-    th, _ = tanh_sech2(phi)
-    inc = PI * th * dt[:, None]
-    off = tl.load(off_ptr + pa, mask=am, other=0.0)
-    return tl.cumsum(inc, 0) + off[None, :]
+def wrap_angle(th):
+    """θ mod 2π in [0, 2π) (the two selects fix rounding at the ends)."""
+    th = th - TWO_PI * tl.floor(th * (1.0 / TWO_PI))
+    th = tl.where(th < 0.0, th + TWO_PI, th)
+    return tl.where(th >= TWO_PI, th - TWO_PI, th)
 
 
 @triton.jit

@@ -55,8 +55,8 @@ class MimoConfig:
         4 warps let two CTAs share an SM where one 8-warp CTA ran alone, at the price of some spills (AOT sm_90,
         bf16: ≤ 292 B; sm_86/120: ≤ 540 B). H200, P = 64, bf16, B=8, T=4096, forward / forward+backward ms:
         8 warps everywhere 9.22 / 56.6; output and chunk-state kernels at 4: 6.06 / 47.5; all three at 4:
-        6.08 / 35.0. Set per P bucket in ``CONFIGS``: P ≤ 64 at 4 warps; P = 128's first configuration keeps
-        8-warp output and chunk-state kernels (not measured at 4). Other architectures were not measured.
+        6.08 / 35.0. Set per P bucket in ``CONFIGS``: every bucket's first configuration at 4 warps. Other
+        architectures were not measured.
     stages: 1 everywhere (no software pipelining: short latency-bound loops, and Blackwell must not pipeline).
     fwd_dots16: for bf16/fp16 inputs, the forward's token-by-token dots (chunk states, scores, values) take 16-bit
         operands (H200, B=8, T=4096, P=64: forward 10.54 → 9.34 ms); off, they run as tf32 on fp32 operands like
@@ -106,8 +106,10 @@ CONFIGS = {
          MimoConfig(bm_bwd=32, warps_bwd=4, name="bm64-bwd32")),
     # P = 128 at 64 rows: with 16-bit forward dots the output kernel returned wrong values on the H200 (Triton 3.6:
     # output error 0.21 against float64, bf16, N = 64; every gradient right; the interpreter runs it exactly), so
-    # this configuration keeps tf32 forward dots.
-    128: (MimoConfig(bk=32, bm_bwd=32, warps_bwd=4, fwd_dots16=False, name="bm64-bk32-bwd32"),
+    # this configuration keeps tf32 forward dots. Output and chunk-state kernels at 4 warps like P ≤ 64: H200, bf16,
+    # B=8, T=4096, forward / forward+backward 21.35 / 101.4 ms at 8 warps, 13.34 / 85.0 at 4 (twelfth session).
+    128: (MimoConfig(bk=32, bm_bwd=32, warps=4, state_warps=4, warps_bwd=4, fwd_dots16=False,
+                     name="bm64-bk32-bwd32-w4"),
           MimoConfig(bm=32, bm_bwd=16, bk=16, bk_bwd=16, state_tiles=8, bp_state=32, warps=4, warps_bwd=4,
                      state_warps=4, name="bm32-bwd16")),
 }

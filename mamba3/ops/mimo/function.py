@@ -1,8 +1,8 @@
 """``mimo_triton``: the MIMO Mamba-3 operator on the Triton kernels, differentiable w.r.t. every input.
 
 Split of the work:
-- the angle cumsum θ (TT, H, A) fp32, wrapped mod 2π: Triton kernels with their own autograd Function
-  (:mod:`.angles`);
+- the angle cumsum θ (TT, H, A) fp32, wrapped mod 2π: the chunk-parallel kernels SISO uses
+  (``common.cumsum``), behind their own autograd Function (:mod:`.angles`);
 - sin θ and cos θ as fp32 planes (TT, H, 2, A), computed once per pass by PyTorch and loaded by the kernels;
 - cheap per-token preparation in PyTorch (autograd-differentiable, O(T·H) elements): the in-chunk log-decay
   cumsum c (float64 running sum, stored fp32), γ and scale, the folded input state
@@ -21,7 +21,8 @@ from __future__ import annotations
 import torch
 
 from . import launch as _launch
-from .angles import MimoAngles
+from ..common.chunking import make_chunks
+from .angles import ANGLE_CHUNK, MimoAngles
 from .configs import MimoProblem, block_p, choose_config
 
 
@@ -108,6 +109,8 @@ def mimo_triton(q, k, v, adt, dt, trap, q_bias, k_bias, mimo_v, mimo_z, mimo_out
     nheads, headdim = v.shape[2], v.shape[3]
     nangles = angles.shape[-1]
     dev = v.device
+    if cu_seqlens is not None and cu_seqlens.is_cuda:  # read on the host once (one wait), not by every table
+        cu_seqlens = cu_seqlens.cpu()
     f32 = torch.float32
     cfg = config or choose_config(_device_spec(dev), MimoProblem(dstate, headdim, rank, v.dtype))
     cfg = cfg.for_chunk(rank, chunk_size)
@@ -123,11 +126,11 @@ def mimo_triton(q, k, v, adt, dt, trap, q_bias, k_bias, mimo_v, mimo_z, mimo_out
                        eps=float(norm_eps))
 
     # ---- per-token preparation (PyTorch, differentiable) ----
-    dt_tok = dt.to(f32).transpose(1, 2).reshape(TT, H).contiguous()                    # (TT, H)
-    phi = angles.reshape(TT, 1, nangles) if angles.dim() == 3 else angles.reshape(TT, H, nangles)
     theta0 = None if input_states is None else input_states[0].to(f32).contiguous()
     seq_first = tables.seq_start.long()
-    theta = MimoAngles.apply(phi.contiguous(), dt_tok, theta0, tables.seq_start, tables.seq_end)  # (TT, H, A)
+    angle_chunks = make_chunks(bsz, seqlen, ANGLE_CHUNK, cu_seqlens, dev)
+    theta = MimoAngles.apply(angles.contiguous(), dt.to(f32).contiguous(), theta0, angle_chunks, H)
+    theta = theta.reshape(TT, H, nangles)
 
     adt_h = adt.to(torch.float64).transpose(0, 1).reshape(H, TT)
     gcum = torch.cumsum(adt_h, dim=1)

@@ -310,14 +310,9 @@ def aot_kernel_launches(cfg: MimoConfig, headdim: int, dtype, arch: int, dstate:
          i32(16), i32(16), i32(16), i32(16), i32(16), TT, H, H // G, G, N2, A, P),
         dict(R=R, BM=cfg.bm_bwd, BK=cfg.bk_bwd, BP=BP, HAS_D=True, ONE_K=N2 <= cfg.bk_bwd, DOT_PREC=prec,
              **bwd_w)))
-    from .angles import _meta, mimo_angle_bwd_kernel, mimo_angle_fwd_kernel
+    from .angles import aot_angle_launches
 
-    out.append(KernelLaunch(f"mimo_angle_fwd_kernel-A{A}", mimo_angle_fwd_kernel,
-                            (f, H * A, A, f, f, f, i32(16), i32(16), H, A),
-                            dict(HAS_TH0=True, **_meta(A), num_warps=4, num_stages=1)))
-    out.append(KernelLaunch(f"mimo_angle_bwd_kernel-A{A}", mimo_angle_bwd_kernel,
-                            (f, H * A, A, f, f, f, f, f, i32(16), i32(16), H, A),
-                            dict(**_meta(A), num_warps=4, num_stages=1)))
+    out += aot_angle_launches(H, A)
     if kernels is not None:
         out = [x for x in out if x.name.startswith(kernels)]
     return out

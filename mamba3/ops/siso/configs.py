@@ -56,6 +56,9 @@ class SisoConfig:
     warps_bwd: int  # bwd_dv_kernel and bwd_dqk_kernel
     stages: int  # num_stages for every kernel (1: short loops; required on Blackwell)
     state_block: int = 256  # elements of the P×N state per state-passing program (more programs in flight)
+    # bwd_dqk: at most this many programs share the heads of one q/k group (each loops over its share and writes an
+    # fp32 dq/dk partial, summed on the host): more programs in flight against more partial traffic
+    head_split: int = 8
     # 16-bit inputs: True feeds 16-bit tensor-core dots with interleaved (re-joined) pair tiles; False runs the
     # fp32 inputs' path (fp32 dot operands, see halves and fp32_prec). See choose_config for when each is used.
     half_dots: bool = True

@@ -71,9 +71,10 @@ class _Ctx:
         self.sv_t = H * P
 
 
-def _head_split(hpg: int, most: int = 8) -> int:
-    """How many programs share the heads of one q/k group in bwd_dqk: the largest divisor of H/G that is ≤ 8.
-    Depends on the model only (never on B or T, so nothing recompiles); 1 writes dq/dk directly."""
+def _head_split(hpg: int, most: int) -> int:
+    """How many programs share the heads of one q/k group in bwd_dqk: the largest divisor of H/G that is ≤ most
+    (``SisoConfig.head_split``). Depends on the model only (never on B or T, so nothing recompiles); 1 writes dq/dk
+    directly."""
     return max(d for d in range(1, min(hpg, most) + 1) if hpg % d == 0)
 
 
@@ -188,7 +189,7 @@ class SisoTritonFn(torch.autograd.Function):
                NPB=npb, C=cfg.chunk, num_warps=1)
         del gcs, bterm, kend
         nbk = N // cfg.bn
-        hs = _head_split(c.HPG)
+        hs = _head_split(c.HPG, cfg.head_split)
         if hs == 1:
             dq, dk = torch.empty_like(q), torch.empty_like(k)
         else:

@@ -43,18 +43,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from ..common.tiles import PI, sincos
-
-TWO_PI = tl.constexpr(6.283185307179586)
-
-
-@triton.jit
-def _wrap(th):
-    """θ mod 2π in [0, 2π) (the two selects fix rounding at the ends)."""
-    th = th - TWO_PI * tl.floor(th * (1.0 / TWO_PI))
-    th = tl.where(th < 0.0, th + TWO_PI, th)
-    return tl.where(th >= TWO_PI, th - TWO_PI, th)
-
+from ..common.tiles import PI, sincos, wrap_angle
 
 @triton.jit
 def _new_angle(sa_row, ang_row, j, mask, dt):
@@ -63,7 +52,7 @@ def _new_angle(sa_row, ang_row, j, mask, dt):
     fast path the pooled (state_batch_indices) and dense variants of the kernel stopped agreeing bit for bit."""
     th = tl.load(sa_row + j, mask=mask, other=0.0).to(tl.float32)
     tanh_rate = 2.0 * tl.sigmoid(2.0 * tl.load(ang_row + j, mask=mask, other=0.0).to(tl.float32)) - 1.0
-    return _wrap(th + PI * tanh_rate * dt)
+    return wrap_angle(th + PI * tanh_rate * dt)
 
 
 @triton.jit
