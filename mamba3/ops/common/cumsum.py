@@ -131,15 +131,18 @@ def angle_cumsum(angles, dt, chunks: Chunks, nheads: int, nangles: int, angle_st
 
 @triton.jit(do_not_specialize=["T", "plane"])
 def rotation_kernel(ang_ptr, dt_ptr, off_ptr, out_ptr, table_ptr, T, sa_t, sa_h, H, A, plane,
-                    C: tl.constexpr, BLOCK: tl.constexpr, THETA: tl.constexpr):
+                    C: tl.constexpr, BLOCK: tl.constexpr, TOKENS: tl.constexpr, THETA: tl.constexpr):
     """One chunk's θ_t = offset + Σ_{s ≤ t, s in the chunk} π·tanh(φ_s)·dt_s for BLOCK (head, angle) columns
     (grid: chunk, column block). THETA: θ mod 2π itself (out_ptr: (B, T, H, A)); else sin θ at out_ptr and cos θ
     at out_ptr + plane ((2, B, T, H, A) planes).
 
     Each thread owns one column and walks the chunk's tokens in order, so the within-chunk cumsum is a running
-    sum in registers (no scan across threads), every load of φ and store of θ (or sin, cos) is a row of
-    consecutive columns, and a thread holds a few registers per token: every token's φ and dt are loaded before
-    the first store, so the loads are all in flight together (a store could alias a later load otherwise)."""
+    sum in registers (no scan across threads) and every load of φ and store of θ (or sin, cos) is a row of
+    consecutive columns. The tokens go in blocks of TOKENS: a block's φ and dt are all loaded before its first
+    store (a store could alias a later load, so no load is issued past one), so that many loads per thread are in
+    flight together. (The former C×32 tile per (chunk, head) at one warp with a cross-thread scan: 255 registers
+    and 7344 instructions for 64 values per thread, AOT sm_90; 0.22-0.24 ms per launch on the H200 at B=8,
+    T=4096, H=32, A=32, where the traffic takes ≈ 0.08.)"""
     _, _, s_h, s_b, sa_b = batch_strides(T, H, 0, 0, sa_t)
     c = tl.program_id(0).to(tl.int64)
     col = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
@@ -150,24 +153,31 @@ def rotation_kernel(ang_ptr, dt_ptr, off_ptr, out_ptr, table_ptr, T, sa_t, sa_h,
     ang = ang_ptr + bidx * sa_b + t0 * sa_t + h * sa_h + a
     dtp = dt_ptr + bidx * s_b + h * s_h + t0
     rows = tl.where(cm, L, 0)  # tokens of this column: the mask of token i is one compare, i < rows
-    phis = ()
-    dts = ()
-    for i in tl.static_range(C):
-        phis = phis + (tl.load(ang + i * sa_t, mask=i < rows, other=0.0),)
-        dts = dts + (tl.load(dtp + i, mask=i < rows, other=0.0),)
     off = tl.load(off_ptr + c * H * A + col, mask=cm, other=0.0)
     out = out_ptr + (bidx * T + t0) * (H * A) + col
     cs = tl.zeros([BLOCK], dtype=tl.float32)
-    for i in tl.static_range(C):
-        m = i < rows
-        th, _ = tanh_sech2(phis[i].to(tl.float32))
-        cs += PI * th * dts[i].to(tl.float32)
-        if THETA:
-            tl.store(out + i * (H * A), wrap_angle(cs + off), mask=m)
-        else:
-            si, co = sincos(cs + off)
-            tl.store(out + i * (H * A), si, mask=m)
-            tl.store(out + i * (H * A) + plane, co, mask=m)
+    for i0 in range(0, C, TOKENS):
+        phis = ()
+        dts = ()
+        for j in tl.static_range(TOKENS):
+            phis = phis + (tl.load(ang + (i0 + j) * sa_t, mask=i0 + j < rows, other=0.0),)
+            dts = dts + (tl.load(dtp + i0 + j, mask=i0 + j < rows, other=0.0),)
+        for j in tl.static_range(TOKENS):
+            m = i0 + j < rows
+            th, _sech2 = tanh_sech2(phis[j].to(tl.float32))
+            cs += PI * th * dts[j].to(tl.float32)
+            if THETA:
+                tl.store(out + (i0 + j) * (H * A), wrap_angle(cs + off), mask=m)
+            else:
+                si, co = sincos(cs + off)
+                tl.store(out + (i0 + j) * (H * A), si, mask=m)
+                tl.store(out + (i0 + j) * (H * A) + plane, co, mask=m)
+
+
+# Tokens per block of rotation_kernel. Triton's compile time grows faster than the unrolled block (AOT sm_90, one
+# kernel, on the CPU: 8 tokens 1.5 s, 16: 2.5 s, 32: 10 s, a whole 64-token chunk 65 s; with the whole chunk the
+# H200's MIMO cold compile took 40.5 s instead of 14.9); 8 tokens: 40 registers, 648 instructions.
+_ROTATION_TOKENS = 8
 
 
 def _rotation_launch(angles, dt, offset, chunks: Chunks, nheads: int, nangles: int, out, plane: int, theta: bool):
@@ -176,7 +186,7 @@ def _rotation_launch(angles, dt, offset, chunks: Chunks, nheads: int, nangles: i
     block = 128
     launch(rotation_kernel, (chunks.nchunks, triton.cdiv(nheads * nangles, block)),
            angles, dt, offset, out, chunks.chunk_table, dt.shape[-1], sa_t, sa_h, nheads, nangles, plane,
-           C=chunks.chunk_size, BLOCK=block, THETA=theta, num_warps=block // 32)
+           C=chunks.chunk_size, BLOCK=block, TOKENS=_ROTATION_TOKENS, THETA=theta, num_warps=block // 32)
 
 
 def rotation_planes(angles, dt, offset, chunks: Chunks, nheads: int, nangles: int):
