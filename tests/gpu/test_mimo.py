@@ -133,6 +133,28 @@ def test_new_length_does_not_recompile():
     assert count() == before, "a new T or batch size recompiled a MIMO kernel"
 
 
+def test_precision_does_not_compound_with_T():
+    """fp32 output error at T = 65,536 stays within 2× of the error at T = 256 (same per-token statistics), as SISO's
+    (the angles' float64 prefix over chunks and the per-chunk state passing must not lose precision with T)."""
+    from mamba3.ops.mimo.check import call
+    from mamba3.ops.mimo.function import mimo_triton
+    from mamba3.reference import mimo_chunked
+    from mamba3.testing.errors import rel_frobenius
+    from mamba3.testing.inputs import float64_copy
+
+    errs = {}
+    for bsz, seqlen in ((16, 256), (1, 65536)):
+        args = mimo_inputs(dtype=torch.float32, device="cuda", bsz=bsz, seqlen=seqlen, nheads=1, ngroups=1,
+                           dstate=64, headdim=64, rank=4, with_D=True, with_z=True)
+        with torch.no_grad():
+            out = call(mimo_triton, args, chunk_size=16, precision="ieee")[0]
+            ref = call(mimo_chunked, float64_copy(args), chunk_size=16)[0]
+        errs[seqlen] = rel_frobenius(out, ref)
+    assert errs[65536] <= 2 * errs[256], f"error grows with T: T=256 {errs[256]:.2e}, T=65536 {errs[65536]:.2e}"
+    assert errs[65536] <= 1e-5, f"T=65536 error {errs[65536]:.2e} > 1e-5"
+    print(f"T=256 {errs[256]:.2e}  T=65536 {errs[65536]:.2e}")
+
+
 def test_seed_fixture_kernels():
     """The seed report's boundary tensors (B=1, T=17, H=16, N=64, P=32, R=4, chunk 16, fp32): the kernels
     reproduce the stored float64 reference output and gradients within the fp32 bar."""
