@@ -13,7 +13,11 @@ Contract
 ``rotation_planes(angles, dt, offset, chunks, nheads, nangles)`` → ``(rot (2, B, T, H, A) fp32, plane)``: sin θ and
     cos θ of every (token, head, angle), θ = offset[c] + within-chunk cumsum (as in the chunk kernels), computed once
     per call so that the chunk kernels load them instead of recomputing θ and its sin/cos in every kernel and N
-    block; ``plane`` = B·T·H·A is the offset of the cos plane. One program per (chunk, head).
+    block; ``plane`` = B·T·H·A is the offset of the cos plane. One program per (chunk, block of 128 (head, angle)
+    columns), a thread per column (``rotation_kernel``).
+``angle_cumsum(angles, dt, chunks, nheads, nangles, angle_state)`` → ``(theta (B, T, H, A) fp32 in [0, 2π),
+    final_angle)``: the same θ itself, wrapped (MIMO's angles): the angle sums alone (``chunk_sums_kernel`` without
+    the coefficient table), ``angle_offsets`` and ``rotation_kernel`` in θ mode.
 ``angle_backward(R, dfinal_angle, angles, dt, chunks, ...)`` → ``(dangles fp32, ddt_angle (B, H, T) fp32,
     dangle_state (NS, H, A))``, where ``R`` (B, T, H, A) fp32 holds, per token, the gradient w.r.t. θ_t (what the
     per-chunk backward kernels produce). θ_t is a cumsum of the increments, so each increment's gradient is the
@@ -99,13 +103,18 @@ def chunk_sums(adt, dt, trap, angles, chunks: Chunks, nheads: int, nangles: int)
     asum = torch.empty(chunks.nchunks, nheads, max(nangles, 1), device=dev, dtype=torch.float32)
     coef = torch.empty((3,) + tuple(adt.shape), device=dev, dtype=torch.float32)  # every token is written
     assert angles.is_contiguous() and adt.is_contiguous() and dt.is_contiguous() and trap.is_contiguous()
+    _sums_launch(adt, dt, trap, angles, gsum, asum, coef, chunks, nheads, nangles, has_coef=True)
+    return gsum, asum[..., :nangles], coef
+
+
+def _sums_launch(adt, dt, trap, angles, gsum, asum, coef, chunks: Chunks, nheads: int, nangles: int, has_coef: bool):
+    """Launch :func:`chunk_sums_kernel` (without ``has_coef``: adt, trap, gsum and coef are not touched)."""
     _, sa_t, sa_h = _angle_strides(angles, nheads, nangles)
     ba = triton.next_power_of_2(max(nangles, 1))
     launch(chunk_sums_kernel, (chunks.nchunks * nheads,),
-           adt, dt, trap, angles, gsum, asum, coef, adt.numel(), chunks.chunk_table, adt.shape[-1], sa_t, sa_h,
-           nheads, nangles, C=chunks.chunk_size, BA=ba, HAS_ANG=nangles > 0, HAS_COEF=True,
-           num_warps=_sums_warps(ba))
-    return gsum, asum[..., :nangles], coef
+           adt, dt, trap, angles, gsum, asum, coef, coef.numel() // 3 if has_coef else 0, chunks.chunk_table,
+           dt.shape[-1], sa_t, sa_h, nheads, nangles, C=chunks.chunk_size, BA=ba, HAS_ANG=nangles > 0,
+           HAS_COEF=has_coef, num_warps=_sums_warps(ba))
 
 
 def angle_cumsum(angles, dt, chunks: Chunks, nheads: int, nangles: int, angle_state=None):
@@ -118,11 +127,7 @@ def angle_cumsum(angles, dt, chunks: Chunks, nheads: int, nangles: int, angle_st
     B, T = dt.shape[0], dt.shape[-1]
     dev = dt.device
     asum = torch.empty(chunks.nchunks, nheads, nangles, device=dev, dtype=torch.float32)
-    _, sa_t, sa_h = _angle_strides(angles, nheads, nangles)
-    ba = triton.next_power_of_2(nangles)
-    launch(chunk_sums_kernel, (chunks.nchunks * nheads,),
-           dt, dt, dt, angles, asum, asum, asum, 0, chunks.chunk_table, T, sa_t, sa_h, nheads, nangles,
-           C=chunks.chunk_size, BA=ba, HAS_ANG=True, HAS_COEF=False, num_warps=_sums_warps(ba))
+    _sums_launch(dt, dt, dt, angles, asum, asum, asum, chunks, nheads, nangles, has_coef=False)
     off, final = angle_offsets(asum, chunks, angle_state)
     theta = torch.empty(B, T, nheads, nangles, device=dev, dtype=torch.float32)
     _rotation_launch(angles, dt, off, chunks, nheads, nangles, theta, 0, theta=True)
