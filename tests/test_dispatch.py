@@ -70,3 +70,19 @@ def test_siso_16bit_dots_only_on_64x64_tiles():
                 assert cfg.half_dots == (N >= 64 and P >= 64), (arch, N, P, cfg)
                 assert cfg.warps_bwd == 4 or (cfg.bn >= 32 and cfg.bp >= 32), (arch, N, P, cfg)
                 assert cfg.half_dots or (cfg.fp32_prec == "tf32x3" and cfg.halves == (cfg.bn >= 32)), (arch, N, P, cfg)
+
+
+def test_siso_head_split_follows_the_grid():
+    """bwd_dqk's head split: the config's maximum (largest divisor of H/G) on small grids and without a device;
+    the smallest divisor ≥ 2 that still gives every SM 8 programs on large ones (the H200's 132 SMs at B8 T4096
+    H32: 512 chunks × 2 N blocks per split → 2 splits); 1 only where H/G has no other divisor."""
+    from mamba3.ops.siso.function import _head_split
+
+    assert _head_split(32, 8, 1024, 132) == 2
+    assert _head_split(32, 8, 128, 132) == 8        # B1 T4096: 64 chunks × 2 N blocks per split
+    assert _head_split(32, 8, 300, 132) == 4
+    assert _head_split(32, 8, 1024, None) == 8      # no device (interpreter, an architecture on paper)
+    assert _head_split(6, 8, 10_000, 132) == 2
+    assert _head_split(7, 8, 10_000, 132) == 7      # divisors of 7: 1 and 7
+    assert _head_split(1, 8, 10_000, 132) == 1
+    assert _head_split(4, 1, 10_000, 132) == 1      # head_split = 1: dq/dk written directly

@@ -131,6 +131,24 @@ def test_second_seed_report_geometry(with_dz, states):
     _check(_case(B=4, T=256, H=1, G=1, N=64, P=64, A=16, D=with_dz, Z=with_dz, states=states))
 
 
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+def test_head_split_chosen_for_a_full_grid(dtype, monkeypatch):
+    """bwd_dqk with the head split a large grid gets (fewer fp32 dq/dk partials: _head_split), on a small case:
+    the SM count is overridden to 1, so 8 heads per group (H8, G1) take 2 splits instead of the 8 a test shape
+    gets otherwise. Real device limits otherwise (the spec's shared memory chooses the tiles)."""
+    import dataclasses
+
+    import mamba3.ops.siso.function as F
+    from mamba3.dispatch import device_spec
+
+    chosen = []
+    split = F._head_split
+    monkeypatch.setattr(F, "_head_split", lambda *a: chosen.append(split(*a)) or chosen[-1])
+    monkeypatch.setattr(F, "_SPEC_OVERRIDE", dataclasses.replace(device_spec(), sm_count=1))
+    _check(_case(dtype=DT[dtype], B=2, T=300, H=8, G=1, states=True))
+    assert chosen and set(chosen) == {2}, chosen
+
+
 def test_precision_does_not_compound_with_T():
     """fp32 output error at T = 65,536 stays within 2× of the error at T = 256 (same per-token statistics)."""
     from mamba3.ops.siso.check import siso_kernel

@@ -38,7 +38,7 @@ import triton.language as tl
 
 from .chunking import Chunks
 from .launch import launch
-from .tiles import (PI, batch_strides, chunk_row, chunk_scalars, head_angle_rows, reverse_cumsum, sincos,
+from .tiles import (PI, batch_strides, chunk_row, chunk_scalars, head_angle_rows, sincos,
                     tanh_sech2, wrap_angle)
 
 TWO_PI = 2.0 * math.pi
@@ -90,9 +90,9 @@ def _sums_warps(ba: int) -> int:
     return min(4, max(1, ba // 32))
 
 
-def _angle_bwd_warps(ba: int) -> int:
-    """Warps of the angle backward kernels: two for up to 32 angles, more for wider blocks (angle_bwd_kernel's
-    C×128 tiles at two warps spilled 9.5 KB, AOT sm_90)."""
+def _angle_totals_warps(ba: int) -> int:
+    """Warps of angle_totals_kernel (a C × BA tile): two for up to 32 angles, more for wider blocks (C × 128 tiles
+    at two warps spilled 9.5 KB in the former angle_bwd_kernel of the same shape, AOT sm_90)."""
     return min(8, max(2, ba // 16))
 
 
@@ -242,44 +242,69 @@ def angle_totals_kernel(r_ptr, tot_ptr, table_ptr, T, H, A, C: tl.constexpr, BA:
 
 
 @triton.jit(do_not_specialize=["T"])
-def angle_bwd_kernel(ang_ptr, dt_ptr, r_ptr, dlater_ptr, dang_ptr, ddt_ptr, table_ptr,
-                     T, sa_t, sa_h, H, A,
-                     C: tl.constexpr, BA: tl.constexpr, SHARED: tl.constexpr):
+def angle_bwd_kernel(ang_ptr, dt_ptr, r_ptr, dlater_ptr, dang_ptr, ddt_ptr, table_ptr, T, sa_t, sa_h, sd_part, H, A,
+                     C: tl.constexpr, BH: tl.constexpr, BA: tl.constexpr, TOKENS: tl.constexpr,
+                     SHARED: tl.constexpr):
+    """One chunk's angle gradients for a block of BH heads × BA angles (grid: chunk, head block): walking the
+    chunk's tokens from the last, G_t = dlater + Σ_{s ≥ t} R_s as a running sum per (head, angle) in registers,
+    then per token ddt_t,h = Σ_a π·tanh(φ)·G (a reduction over the block's angles) and dφ = π·sech²(φ)·dt·G, summed
+    over the block's heads when the angles are shared (B, T, A): then dang_ptr is this head block's slab (slab
+    stride sd_part; the host sums the slabs when there are several).
+
+    Tokens go in blocks of TOKENS whose loads are all issued before the block's first store, as in
+    rotation_kernel. (The former kernel held a C × BA tile per (chunk, head), scanned it across threads with
+    tl.cumsum and, for shared angles, looped over every head in one program per chunk: 0.15 ms per call on the
+    H200 at B=8, T=4096, H=32, A=32, where the traffic takes ≈ 0.04.)"""
     _, _, s_h, s_b, sa_b = batch_strides(T, H, 0, 0, sa_t)
-    pid = tl.program_id(0).to(tl.int64)
-    if SHARED:
-        c = pid
-        hp = pid * 0
-    else:
-        c = pid // H
-        hp = pid % H
+    c = tl.program_id(0).to(tl.int64)
+    hh = tl.program_id(1) * BH + tl.arange(0, BH)
+    aa = tl.arange(0, BA)
+    hm = hh < H
+    am = aa < A
+    mm = hm[:, None] & am[None, :]
     bidx, t0, L, _ = chunk_row(table_ptr, c)
-    i = tl.arange(0, C)
-    m = i < L
-    pa = tl.arange(0, BA)
-    am = pa < A
-    mm = m[:, None] & am[None, :]
-    t = t0 + i
+    col = hh[:, None] * A + aa[None, :]                      # (head, angle) column of R and dlater
+    r = r_ptr + (bidx * T + t0) * (H * A) + col
+    dtp = dt_ptr + bidx * s_b + hh * s_h + t0
+    ddt = ddt_ptr + bidx * s_b + hh * s_h + t0
     if SHARED:
-        nh = H
-        h0 = 0
+        ang = ang_ptr + bidx * sa_b + t0 * sa_t + aa
+        dang = dang_ptr + tl.program_id(1).to(tl.int64) * sd_part + bidx * sa_b + t0 * sa_t + aa
+        amask = am
     else:
-        nh = 1
-        h0 = hp
-    phi_row = bidx * sa_b + t * sa_t + h0 * sa_h
-    phi = tl.load(ang_ptr + phi_row[:, None] + pa[None, :], mask=mm, other=0.0).to(tl.float32)
-    th, se = tanh_sech2(phi)
-    dphi = tl.zeros([C, BA], dtype=tl.float32)
-    for hh in range(nh):
-        h = h0 + hh
-        dt = tl.load(dt_ptr + bidx * s_b + h * s_h + t, mask=m, other=0.0).to(tl.float32)
-        r = tl.load(r_ptr + head_angle_rows(bidx, t, h, T, H, A)[:, None] + pa[None, :], mask=mm, other=0.0)
-        r = reverse_cumsum(r)  # Σ_{s ≥ t} within the chunk
-        g = r + tl.load(dlater_ptr + (c * H + h) * A + pa, mask=am, other=0.0)[None, :]
-        g = tl.where(mm, g, 0.0)
-        dphi += 3.141592653589793 * se * dt[:, None] * g
-        tl.store(ddt_ptr + bidx * s_b + h * s_h + t, tl.sum(3.141592653589793 * th * g, 1), mask=m)
-    tl.store(dang_ptr + phi_row[:, None] + pa[None, :], dphi, mask=mm)
+        ang = ang_ptr + bidx * sa_b + t0 * sa_t + hh[:, None] * sa_h + aa[None, :]
+        dang = dang_ptr + bidx * sa_b + t0 * sa_t + hh[:, None] * sa_h + aa[None, :]
+        amask = mm
+    g = tl.load(dlater_ptr + c * (H * A) + col, mask=mm, other=0.0)
+    for i0 in range(0, C, TOKENS):
+        rs = ()
+        dts = ()
+        phis = ()
+        for j in tl.static_range(TOKENS):
+            i = C - 1 - i0 - j                                   # tokens from the chunk's last
+            rs = rs + (tl.load(r + i * (H * A), mask=mm & (i < L), other=0.0),)
+            dts = dts + (tl.load(dtp + i, mask=hm & (i < L), other=0.0).to(tl.float32),)
+            phis = phis + (tl.load(ang + i * sa_t, mask=amask & (i < L), other=0.0).to(tl.float32),)
+        for j in tl.static_range(TOKENS):
+            i = C - 1 - i0 - j
+            g += rs[j]
+            th, se = tanh_sech2(phis[j])
+            if SHARED:
+                tl.store(ddt + i, PI * tl.sum(th[None, :] * g, 1), mask=hm & (i < L))
+                tl.store(dang + i * sa_t, PI * se * tl.sum(dts[j][:, None] * g, 0), mask=am & (i < L))
+            else:
+                tl.store(ddt + i, PI * tl.sum(th * g, 1), mask=hm & (i < L))
+                tl.store(dang + i * sa_t, PI * se * dts[j][:, None] * g, mask=mm & (i < L))
+
+
+# (head, angle) values per program of angle_bwd_kernel (4 per thread at 4 warps) and tokens per block. H200, B8
+# T4096 H32 A32, shared angles: 512 (two head blocks, two slabs) with 8 tokens is what the GPU tests and the
+# benchmark ran (`angle_bwd_kernel` 0.094 ms, the former kernel 0.155; the slabs' sum is a 2 MB reduction). The
+# other variants were compared only through angle_backward's wall time, which its host-side torch calls bound
+# (0.19-0.25 ms for every variant and the former kernel alike), so they are not ranked. AOT sm_90, no spills:
+# 128 registers (A = 32, shared), 168 (A = 33: 64-wide angle blocks).
+_ANGLE_BWD_ELEMS = 512
+_ANGLE_BWD_TOKENS = 8
 
 
 def angle_backward(R, dfinal_angle, angles, dt, chunks: Chunks, nheads: int, nangles: int):
@@ -290,7 +315,7 @@ def angle_backward(R, dfinal_angle, angles, dt, chunks: Chunks, nheads: int, nan
     ba = triton.next_power_of_2(max(nangles, 1))
     doff = torch.empty(chunks.nchunks, nheads, nangles, device=dev, dtype=torch.float32)  # dθ summed per chunk
     launch(angle_totals_kernel, (chunks.nchunks * nheads,), R, doff, chunks.chunk_table, T, nheads, nangles,
-           C=chunks.chunk_size, BA=ba, num_warps=_angle_bwd_warps(ba))
+           C=chunks.chunk_size, BA=ba, num_warps=_angle_totals_warps(ba))
     doff = doff.to(torch.float64)
     tot = _cumsum_chunks(doff)
     seq_end_tot = tot[chunks.seq_last]  # (NS, H, A)
@@ -302,11 +327,14 @@ def angle_backward(R, dfinal_angle, angles, dt, chunks: Chunks, nheads: int, nan
         seq_sum = seq_sum + dfa
     dlater = dlater.to(torch.float32).contiguous()
     shared, sa_t, sa_h = _angle_strides(angles, nheads, nangles)
-    dang = torch.empty(angles.shape, device=dev, dtype=torch.float32)  # fully written by the kernel
-    ddt = torch.empty(B, nheads, T, device=dev, dtype=torch.float32)
-    # angles may have other strides than dang: make a contiguous copy for the kernel
-    ang = angles.contiguous()
-    launch(angle_bwd_kernel, (chunks.nchunks * (1 if shared else nheads),), 
-        ang, dt, R, dlater, dang, ddt, chunks.chunk_table, T, sa_t, sa_h, nheads, nangles,
-        C=chunks.chunk_size, BA=ba, SHARED=shared, num_warps=_angle_bwd_warps(ba))
-    return dang, ddt, seq_sum
+    bh = min(triton.next_power_of_2(nheads), max(1, _ANGLE_BWD_ELEMS // ba))
+    nhb = triton.cdiv(nheads, bh)
+    # shared angles with several head blocks: one fp32 slab per block, summed below (no atomics: deterministic)
+    slabs = nhb if shared and nhb > 1 else 0
+    dang = torch.empty(((slabs,) if slabs else ()) + tuple(angles.shape), device=dev, dtype=torch.float32)
+    ddt = torch.empty(B, nheads, T, device=dev, dtype=torch.float32)  # both fully written by the kernel
+    ang = angles.contiguous()  # the kernel assumes dang's (contiguous) strides
+    launch(angle_bwd_kernel, (chunks.nchunks, nhb), ang, dt, R, dlater, dang, ddt, chunks.chunk_table, T, sa_t,
+           sa_h, dang.stride(0) if slabs else 0, nheads, nangles, C=chunks.chunk_size, BH=bh, BA=ba,
+           TOKENS=_ANGLE_BWD_TOKENS, SHARED=shared, num_warps=max(1, min(8, bh * ba // 128)))
+    return (dang.sum(0) if slabs else dang), ddt, seq_sum

@@ -58,7 +58,9 @@ class _Ctx:
         self.B, self.T, self.G, self.N, self.H, self.P = B, T, G, N, H, P
         self.HPG = H // G
         self.A = angles.shape[-1]
-        self.cfg = _CONFIG_OVERRIDE or choose_config(_spec(v), problem_for(q, v, chunk_size))
+        spec = _spec(v)
+        self.sm_count = spec.sm_count
+        self.cfg = _CONFIG_OVERRIDE or choose_config(spec, problem_for(q, v, chunk_size))
         self.chunks = make_chunks(B, T, self.cfg.chunk, cu_seqlens, v.device)
         self.dot_dt = _TL[v.dtype] if v.dtype != torch.float32 and self.cfg.half_dots else tl.float32
         # fp32 dot operands: the config's fp32-accurate mode (IEEE FMA or tf32x3 tensor-core dots) unless the
@@ -71,11 +73,20 @@ class _Ctx:
         self.sv_t = H * P
 
 
-def _head_split(hpg: int, most: int) -> int:
+def _head_split(hpg: int, most: int, programs_per_split: int, sm_count: int | None) -> int:
     """How many programs share the heads of one q/k group in bwd_dqk: the largest divisor of H/G that is ≤ most
-    (``SisoConfig.head_split``). Depends on the model only (never on B or T, so nothing recompiles); 1 writes dq/dk
-    directly."""
-    return max(d for d in range(1, min(hpg, most) + 1) if hpg % d == 0)
+    (``SisoConfig.head_split``), or a smaller divisor ≥ 2 when that still gives every SM 8 programs
+    (programs_per_split: the grid of one split, chunks × groups × N blocks). Every split writes a whole fp32 dq and
+    dk that the host sums, so fewer splits move less where the grid is already full (H200, B8 T4096 H32, one
+    forward+backward: 8 → 4 → 2 splits 7.47 → 7.37 → 7.35 ms, bwd_dqk 2.42 → 2.35 → 2.34, the partials' sum
+    0.150 → 0.119 → 0.108; `sweep_siso.py`), while small grids keep more programs in flight. 1 (writing dq/dk
+    directly, another specialisation) only when H/G allows nothing else, so the choice never recompiles."""
+    divisors = [d for d in range(1, min(hpg, most) + 1) if hpg % d == 0]
+    if sm_count:
+        for d in divisors:
+            if d >= 2 and d * programs_per_split >= 8 * sm_count:
+                return d
+    return divisors[-1]
 
 
 def _s_init(ctx, dt, trap, input_states):
@@ -189,7 +200,7 @@ class SisoTritonFn(torch.autograd.Function):
                NPB=npb, C=cfg.chunk, num_warps=1)
         del gcs, bterm, kend
         nbk = N // cfg.bn
-        hs = _head_split(c.HPG, cfg.head_split)
+        hs = _head_split(c.HPG, cfg.head_split, ch.nchunks * c.G * nbk, c.sm_count)
         if hs == 1:
             dq, dk = torch.empty_like(q), torch.empty_like(k)
         else:
