@@ -5,7 +5,7 @@ Split of the work:
   (``common.cumsum``), behind their own autograd Function (:mod:`.angles`);
 - sin θ and cos θ as fp32 planes (TT, H, 2, A), computed once per pass by PyTorch and loaded by the kernels;
 - cheap per-token preparation in PyTorch (autograd-differentiable, O(T·H) elements): the in-chunk log-decay
-  cumsum c (float64 running sum, stored fp32), γ and scale, the folded input state
+  cumsum c (float64 running sum, stored fp32; its own autograd Function, ``_ChunkCumsum``), γ and scale, the folded input state
   S_0 = ssm_in + (1−λ_0)·dt_0·Σ_r ṽ_in k̃_inᵀ, and the final k/v/angle states (gathered at the last tokens);
 - everything O(T·H·R·(N+P)) or larger in the kernels, behind one ``torch.autograd.Function`` (``_MimoCore``)
   whose backward returns the gradients of θ, c, γ, scale and S_0, which autograd carries back to angles, dt,
@@ -79,6 +79,26 @@ class _MimoCore(torch.autograd.Function):
                 None if s0 is None else g["s0"])
 
 
+class _ChunkCumsum(torch.autograd.Function):
+    """c = the inclusive cumsum of the log-decay within each state chunk, (H, TT) fp32 from (H, TT) float64: a
+    running sum over all tokens minus its value before the token's chunk. The backward is the same in reverse,
+    d adt_t = Σ_{s ≥ t in t's chunk} dc_s = (reverse running sum)_t − (its value at t's chunk end): two gathers,
+    where autograd through the forward's gather (repeated indices) ran a sort-based index_put (H200, B8 T4096, one
+    MIMO forward+backward: 0.16 + 0.02 ms)."""
+
+    @staticmethod
+    def forward(ctx, adt_h, tok_bc_start, tok_bc_end):
+        total = torch.nn.functional.pad(torch.cumsum(adt_h, dim=1), (1, 0))            # total[:, t] = Σ_{s<t}
+        ctx.save_for_backward(tok_bc_end)
+        return (total[:, 1:] - total[:, tok_bc_start]).to(torch.float32).contiguous()
+
+    @staticmethod
+    def backward(ctx, dc):
+        (tok_bc_end,) = ctx.saved_tensors
+        later = torch.nn.functional.pad(torch.cumsum(dc.to(torch.float64).flip(1), dim=1).flip(1), (0, 1))
+        return later[:, :-1] - later[:, tok_bc_end], None, None                         # later[:, t] = Σ_{s≥t}
+
+
 def _rotate_half(x, theta):
     """Half-split rotation of x (…, N) by θ (…, A) (as the reference)."""
     n, a = x.shape[-1], theta.shape[-1]
@@ -133,9 +153,7 @@ def mimo_triton(q, k, v, adt, dt, trap, q_bias, k_bias, mimo_v, mimo_z, mimo_out
     theta = theta.reshape(TT, H, nangles)
 
     adt_h = adt.to(torch.float64).transpose(0, 1).reshape(H, TT)
-    gcum = torch.cumsum(adt_h, dim=1)
-    gcum_p = torch.cat((gcum.new_zeros(H, 1), gcum), dim=1)
-    cs = (gcum - gcum_p[:, tables.tok_bc_start]).to(f32).contiguous()                  # (H, TT)
+    cs = _ChunkCumsum.apply(adt_h, tables.tok_bc_start, tables.tok_bc_end)            # (H, TT) fp32
     lam = torch.sigmoid(trap.to(f32)).transpose(0, 1).reshape(H, TT)
     dt_h = dt.to(f32).transpose(0, 1).reshape(H, TT)
     gam = (lam * dt_h).contiguous()

@@ -39,6 +39,7 @@ class Tables:
     sc_bc: torch.Tensor
     sc_seq: torch.Tensor
     tok_bc_start: torch.Tensor  # (TT,) int64: first token of the token's state chunk
+    tok_bc_end: torch.Tensor    # (TT,) int64: the token after its state chunk's last
     tok_seq: torch.Tensor       # (TT,) int64: sequence of the token
     tok_last: torch.Tensor      # (TT,) bool: last token of its sequence
 
@@ -63,6 +64,7 @@ def _tables_cached(bounds: tuple, ct: int, cs: int, device: str) -> Tables:
     lens = [b - a for a, b in zip(bounds[:-1], bounds[1:])]
     bc_len = [e - s for s, e in zip(bc_start, bc_end)]
     tok_bc_start = torch.repeat_interleave(torch.tensor(bc_start, dtype=torch.int64), torch.tensor(bc_len))
+    tok_bc_end = torch.repeat_interleave(torch.tensor(bc_end, dtype=torch.int64), torch.tensor(bc_len))
     tok_seq = torch.repeat_interleave(torch.arange(len(lens)), torch.tensor(lens))
     tok_last = torch.zeros(bounds[-1], dtype=torch.bool)
     tok_last[torch.tensor(bounds[1:]) - 1] = True
@@ -77,7 +79,8 @@ def _tables_cached(bounds: tuple, ct: int, cs: int, device: str) -> Tables:
                   max_bc=max(nbc_seq), seq_start=put(i32(bounds[:-1])), seq_end=put(i32(bounds[1:])),
                   bc_start=put(i32(bc_start)), bc_end=put(i32(bc_end)), sc_start=put(i32(sc_start)),
                   sc_end=put(i32(sc_end)), sc_bc=put(i32(sc_bc)), sc_seq=put(i32(sc_seq)),
-                  tok_bc_start=put(tok_bc_start), tok_seq=put(tok_seq), tok_last=put(tok_last))
+                  tok_bc_start=put(tok_bc_start), tok_bc_end=put(tok_bc_end), tok_seq=put(tok_seq),
+                  tok_last=put(tok_last))
 
 
 def build_tables(bsz: int, seqlen: int, cu_seqlens, ct: int, cs: int, device) -> Tables:
