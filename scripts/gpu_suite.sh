@@ -3,8 +3,8 @@
 # Usage (repository root, on a CUDA machine): OUT=/some/dir bash scripts/gpu_suite.sh [pytest args...]
 #
 # PARTS picks what runs (default: all of it, in this order):
-#   ops      tests/gpu/test_siso.py + test_mimo.py               (H200, 14 xdist workers, cold cache: 213 s, 176 tests)
-#   rest     the other tests/gpu files (step, host sync, modules, reference on CUDA)  (≈ 5 min, 173 tests)
+#   ops      tests/gpu/test_siso.py + test_mimo.py     (H200, 14 xdist workers, cold cache: 150-215 s, 179 tests)
+#   rest     the other tests/gpu files (step, host sync, modules, reference on CUDA)  (≈ 3-5 min, 173 tests)
 #   demo     the CPU demo's configuration trained through the kernels                     (≤ 2 min)
 #   bench    bench_siso, bench_mimo, bench_step, bench_task_step, each with a cold cache (≈ 3 + 3 + 1 + 1 min)
 #   info     `python -m mamba3 info`: AOT-compiles every kernel for this GPU (≈ 3 min of CPU; run alone, it
@@ -25,7 +25,7 @@ XDIST=$(python3 -c 'import xdist' 2>/dev/null && echo "-n 14")
 # tests/gpu/conftest.py replaces a worker whose CUDA context an illegal access destroyed, so one faulting kernel
 # fails only its own test. SIGINT at the time limit still prints pytest's summary (the tests not reached are not
 # counted: compare the count with a full run's).
-run_tests() {  # run_tests NAME FILES... [-- PYTEST ARGS]
+run_tests() {  # run_tests NAME PYTEST_ARGS... (files and options)
   local name=$1; shift
   timeout -s INT "$TEST_TIMEOUT" python3 -m pytest "$@" -q -ra -p no:cacheprovider $XDIST \
     > "$OUT/${name}_tests.log" 2>&1 || status=1

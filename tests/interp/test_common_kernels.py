@@ -14,6 +14,12 @@ def _chunks(B, T, C, cu):
     return make_chunks(B, T, C, None if cu is None else torch.tensor(cu), "cpu")
 
 
+def _increments(ang, dt, B, T, H):
+    """π·tanh(φ)·dt per (token, head, angle), float64 (B, T, H, A); shared angles (B, T, A) broadcast over heads."""
+    phi = ang.double() if ang.dim() == 4 else ang.double()[:, :, None, :].expand(B, T, H, ang.shape[-1])
+    return math.pi * torch.tanh(phi) * dt.double().transpose(1, 2)[..., None]
+
+
 @pytest.mark.parametrize("cu", [None, [0, 3, 40, 41]])
 @pytest.mark.parametrize("shared", [False, True])
 def test_chunk_sums_and_angle_offsets(cu, shared):
@@ -31,8 +37,7 @@ def test_chunk_sums_and_angle_offsets(cu, shared):
     off, final = angle_offsets(asum, ch, state)
     lam = torch.sigmoid(trap.double())
     gamma = lam * dt.double()
-    phi = ang.double() if not shared else ang.double()[:, :, None, :].expand(B, T, H, A)
-    inc = math.pi * torch.tanh(phi) * dt.double().transpose(1, 2)[..., None]  # (B, T, H, A)
+    inc = _increments(ang, dt, B, T, H)  # (B, T, H, A)
     tab = ch.chunk_table.long()
     for c in range(ch.nchunks):
         b, t0, L, s, _ = tab[c].tolist()
@@ -63,8 +68,7 @@ def test_chunk_sums_and_angle_offsets(cu, shared):
 
 def _theta_reference(ang, dt, state, cu, B, T, H):
     """θ (B, T, H, A) float64, unwrapped: the angle state plus the running sum over each sequence."""
-    phi = ang.double() if ang.dim() == 4 else ang.double()[:, :, None, :].expand(B, T, H, ang.shape[-1])
-    inc = math.pi * torch.tanh(phi) * dt.double().transpose(1, 2)[..., None]
+    inc = _increments(ang, dt, B, T, H)
     theta = torch.empty_like(inc)
     bounds = [(b, 0, T) for b in range(B)] if cu is None else [(0, cu[s], cu[s + 1]) for s in range(len(cu) - 1)]
     for s, (b, lo, hi) in enumerate(bounds):

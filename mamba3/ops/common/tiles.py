@@ -10,7 +10,7 @@ Contract: every helper works on one chunk of one (sequence, head): rows ``i = 0.
                       sequence's last token), and the within-chunk cumsum cs_t = Σ_{r≤t} a_r.
 * ``chunk_coefficients``  γ, scale, cs and cs_last of a chunk loaded from the per-token table ``chunk_sums``
                       writes with ``chunk_scalars`` (the SISO chunk kernels: no scan or sigmoid per kernel and head).
-* ``reverse_cumsum``  Σ_{s ≥ t} along a chunk's rows (the backward's within-chunk scans of θ and of the decay).
+* ``reverse_cumsum``  Σ_{s ≥ t} along a chunk's rows (the backward's within-chunk scan of the decay).
 * ``head_angle_rows`` element offsets of rows (batch row, token, head) of a contiguous (B, T, H, A) tensor: the
                       sin/cos planes and the per-token dθ sums R of the backward share that layout.
 * ``rotation_tile``   (sin θ, cos θ) of a chunk's rows and one N block's angle columns, loaded from the fp32 planes

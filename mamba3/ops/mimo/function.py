@@ -5,8 +5,9 @@ Split of the work:
   (``common.cumsum``), behind their own autograd Function (:mod:`.angles`);
 - sin θ and cos θ as fp32 planes (TT, H, 2, A), computed once per pass by PyTorch and loaded by the kernels;
 - cheap per-token preparation in PyTorch (autograd-differentiable, O(T·H) elements): the in-chunk log-decay
-  cumsum c (float64 running sum, stored fp32; its own autograd Function, ``_ChunkCumsum``), γ and scale, the folded input state
-  S_0 = ssm_in + (1−λ_0)·dt_0·Σ_r ṽ_in k̃_inᵀ, and the final k/v/angle states (gathered at the last tokens);
+  cumsum c (float64 running sum, stored fp32; its own autograd Function, ``_ChunkCumsum``), γ and scale, the
+  folded input state S_0 = ssm_in + (1−λ_0)·dt_0·Σ_r ṽ_in k̃_inᵀ, and the final k/v/angle states (gathered at the
+  last tokens);
 - everything O(T·H·R·(N+P)) or larger in the kernels, behind one ``torch.autograd.Function`` (``_MimoCore``)
   whose backward returns the gradients of θ, c, γ, scale and S_0, which autograd carries back to angles, dt,
   adt, trap and the input states.

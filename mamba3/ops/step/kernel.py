@@ -45,6 +45,7 @@ import triton.language as tl
 
 from ..common.tiles import PI, sincos, wrap_angle
 
+
 @triton.jit
 def _new_angle(sa_row, ang_row, j, mask, dt):
     """θ'_j = (θ_j + π·tanh(φ_j)·dt) mod 2π from the old angle state row and the angle rates row. tanh is
