@@ -104,7 +104,12 @@ def main():
         variants += [R(base, warps=8, name=f"{base.name}-out8"), R(base, state_warps=8, name=f"{base.name}-state8"),
                      R(base, warps_bwd=8, name=f"{base.name}-bwd8"),
                      R(base, bm_bwd=32, name=f"{base.name}-bwd32"),
-                     R(base, fwd_dots16=False, name=f"{base.name}-tf32fwd")]
+                     R(base, fwd_dots16=False, name=f"{base.name}-tf32fwd"),
+                     R(base, bwd_dots16=True, name=f"{base.name}-bwd16")]
+        # 16-bit backward dots free registers (AOT sm_90, P=64: with 8 warps the dq/dk kernels spill 16/36 B, and
+        # with 64-column pair blocks each (tile, head) forms dy·ṽᵀ once instead of once per 32-column block)
+        variants += [R(base, bwd_dots16=True, warps_bwd=8, name=f"{base.name}-bwd16-w8"),
+                     R(base, bwd_dots16=True, warps_bwd=8, bk_bwd=64, name=f"{base.name}-bwd16-w8-bk64")]
         # fp32 inputs (tf32x3 dots): the default tiles spill ≈ 4 KB per thread (AOT sm_90), 32-row tiles ≤ 712 B
         variants = [(v, torch.bfloat16) for v in variants] + [
             (base, torch.float32), (R(base, bm=32, bm_bwd=32, state_tiles=4, name=f"{base.name}-bm32-st4"),

@@ -92,6 +92,18 @@ def test_every_config(p, cfg, dtype):
            rms_norm=True)
 
 
+@pytest.mark.parametrize("p,cfg", _all_configs(), ids=lambda x: str(x) if isinstance(x, int) else x.name)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+def test_every_config_with_16bit_backward_dots(p, cfg, dtype):
+    """``bwd_dots16`` (off by default until timed) on every configuration: Triton 3.6's Hopper miscompiles so far
+    were specific to a P bucket and a dot type, so each bucket runs it, with every feature on, at the benchmarks'
+    N = 128 (two N-pair blocks in the dq/dk kernels)."""
+    import dataclasses
+
+    _check(dtype, config=dataclasses.replace(cfg, bwd_dots16=True), bsz=2, seqlen=150, nheads=4, ngroups=2,
+           dstate=128, headdim=p, rank=4, states=True, rms_norm=True)
+
+
 def test_dispatcher_fits_device():
     from mamba3.dispatch import device_spec
     from mamba3.ops.mimo.configs import MimoProblem, choose_config, smem_estimate

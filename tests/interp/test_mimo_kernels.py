@@ -105,3 +105,17 @@ def test_public_api_routes_to_kernels():
     assert_rel_close("out", out, ref, TOLERANCES[torch.float32][0])
     for name, x, y in zip(("angle", "ssm", "k", "v"), states, ref_states):
         assert_rel_close(f"final {name}", x, y, TOLERANCES[torch.float32][0])
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+@pytest.mark.parametrize("dstate", [16, 64])
+def test_16bit_backward_dots(dtype, dstate):
+    """``MimoConfig.bwd_dots16``: the backward's dots on 16-bit operands (q̃ / k̃ split in hi + lo in the dq / dk
+    products; a bf16 dy where bf16 dots read it), every feature on; N = 64 with 16-column pair blocks runs the
+    dq / dk kernels over several blocks and the dv kernel's looped path."""
+    from mamba3.ops.mimo.configs import MimoConfig
+
+    cfg = MimoConfig(bm=16, bm_bwd=16, bk=16, bk_bwd=16, state_tiles=2, bp_state=16, warps=4, warps_bwd=4,
+                     state_warps=4, bwd_dots16=True, name="tiny-bwd16")
+    _check(dtype, config=cfg, bsz=1, seqlen=19, nheads=2, ngroups=1, dstate=dstate, headdim=16, rank=2,
+           states=True, rms_norm=True)

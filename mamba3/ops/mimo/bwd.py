@@ -25,8 +25,8 @@ import triton
 import triton.language as tl
 
 from ..common.tiles import fast_exp
-from .tiles import (load_rank_p, load_rows_p, load_state_pair, pair_weights, rot_pair, rows_of, token_strides,
-                    token_tile, vtilde)
+from .tiles import (dot_operand, load_rank_p, load_rows_p, load_state_pair, mdot, mdot_split, pair_weights, rot_pair,
+                    rows_of, token_strides, token_tile, vtilde)
 
 
 @triton.jit(do_not_specialize=["NBC"])
@@ -81,7 +81,8 @@ def mimo_bwd_dqk_kernel(Q, K, V, ROT, CS, GAM, SCL, QB, KB, PSI, DY, SIN, DSEND,
 
     Loops over the heads of the group and reduces dQ / dK in registers. Also writes, per head, the angle
     gradient (the q part first; the k launch adds its part to it), the log-decay partial ±Σ_r x̃·dx̃ and the
-    bias partial of the tile."""
+    bias partial of the tile. DOT_PREC "bf16"/"fp16" (16-bit inputs, ``MimoConfig.bwd_dots16``): dy, ṽ, the
+    states and the weighted dP enter the dots rounded to 16 bits, the rotated q̃ / k̃ as hi + lo halves."""
     CT: tl.constexpr = BM // R
     kb = tl.program_id(0)
     sc = tl.program_id(1)
@@ -115,45 +116,45 @@ def mimo_bwd_dqk_kernel(Q, K, V, ROT, CS, GAM, SCL, QB, KB, PSI, DY, SIN, DSEND,
         gi = tl.load(GAM + h * TT + ti, mask=valid, other=0.0)
         if not IS_K:
             # dq̃_i = e^{c_i} S_bᵀ dy_i + Σ_{j ≤ i} (W ∘ dP)_ij k̃_j
-            dy_i = load_rows_p(DYh, sy_t, sv_t, ti, r, valid, P, BP)  # [BM, BP]
+            dy_i = dot_operand(load_rows_p(DYh, sy_t, sv_t, ti, r, valid, P, BP), DOT_PREC)  # [BM, BP]
             s1, s2 = load_state_pair(SIN + (bc * H + h).to(tl.int64) * PN, k0, N2, P, BP, BK)  # [BP, BK]
             ei = fast_exp(ci)[:, None]
-            dx1 = tl.dot(dy_i, s1, input_precision=DOT_PREC) * ei
-            dx2 = tl.dot(dy_i, s2, input_precision=DOT_PREC) * ei
+            dx1 = mdot(dy_i, s1, None, DOT_PREC) * ei
+            dx2 = mdot(dy_i, s2, None, DOT_PREC) * ei
             for kt0 in range(tb, tok1, CT):
                 tj_, rj, vj = rows_of(tok1 - kt0, R, BM)
                 tj = kt0 + tj_
                 vt_j = vtilde(Vh, sv_t, PSIh, P, kt0, tok1 - kt0, P, R, BM, BP)
-                dp = tl.dot(dy_i, tl.trans(vt_j), input_precision=DOT_PREC)  # [BM, BM]
+                dp = mdot(dy_i, tl.trans(vt_j), None, DOT_PREC)  # [BM, BM]
                 cj = tl.load(CS + h * TT + tj, mask=vj, other=0.0)
                 scj = tl.load(SCL + h * TT + tj, mask=vj, other=0.0)
                 dpw = dp * pair_weights(ti, tj, ci, cj, scj, gi)
                 k1j, k2j, _c, _s = rot_pair(Kg, sq_t, sq_r, KBh, ROTh, srot_t, kt0, tok1 - kt0, k0, N2, A, R, BM, BK)
-                dx1 = tl.dot(dpw, k1j, dx1, input_precision=DOT_PREC)
-                dx2 = tl.dot(dpw, k2j, dx2, input_precision=DOT_PREC)
+                dx1 = mdot_split(dpw, k1j, dx1, DOT_PREC)
+                dx2 = mdot_split(dpw, k2j, dx2, DOT_PREC)
             x1, x2, cs_, sn_ = rot_pair(Qg, sq_t, sq_r, QBh, ROTh, srot_t, tok0, tok1 - tok0, k0, N2, A, R, BM, BK)
         else:
             # dk̃_j = e^{c_end − c_j} scale_j dS_endᵀ ṽ_j + Σ_{i ≥ j} (W ∘ dP)_ij q̃_i
             sci = tl.load(SCL + h * TT + ti, mask=valid, other=0.0)
             c_end = tl.load(CS + h * TT + te - 1)
-            vt_i = vtilde(Vh, sv_t, PSIh, P, tok0, tok1 - tok0, P, R, BM, BP)
+            vt_i = dot_operand(vtilde(Vh, sv_t, PSIh, P, tok0, tok1 - tok0, P, R, BM, BP), DOT_PREC)
             d1, d2 = load_state_pair(DSEND + (bc * H + h).to(tl.int64) * PN, k0, N2, P, BP, BK)
             wst = (fast_exp(c_end - ci) * sci)[:, None]
-            dx1 = tl.dot(vt_i, d1, input_precision=DOT_PREC) * wst
-            dx2 = tl.dot(vt_i, d2, input_precision=DOT_PREC) * wst
+            dx1 = mdot(vt_i, d1, None, DOT_PREC) * wst
+            dx2 = mdot(vt_i, d2, None, DOT_PREC) * wst
             for qt0 in range(tok0, te, CT):
                 tq_, rq, vq = rows_of(te - qt0, R, BM)
                 tq = qt0 + tq_
                 dy_q = load_rows_p(DYh, sy_t, sv_t, tq, rq, vq, P, BP)
-                dpt = tl.dot(vt_i, tl.trans(dy_q), input_precision=DOT_PREC)  # [BM (own keys), BM (queries)]
+                dpt = mdot(vt_i, tl.trans(dy_q), None, DOT_PREC)  # [BM (own keys), BM (queries)]
                 cq = tl.load(CS + h * TT + tq, mask=vq, other=0.0)
                 strict = tq[None, :] > ti[:, None]
                 e = fast_exp(tl.where(strict, cq[None, :] - ci[:, None], 0.0))
                 wt = tl.where(strict, e * sci[:, None], tl.where(tq[None, :] == ti[:, None], gi[:, None], 0.0))
                 dpw = dpt * wt
                 q1q, q2q, _c, _s = rot_pair(Qg, sq_t, sq_r, QBh, ROTh, srot_t, qt0, te - qt0, k0, N2, A, R, BM, BK)
-                dx1 = tl.dot(dpw, q1q, dx1, input_precision=DOT_PREC)
-                dx2 = tl.dot(dpw, q2q, dx2, input_precision=DOT_PREC)
+                dx1 = mdot_split(dpw, q1q, dx1, DOT_PREC)
+                dx2 = mdot_split(dpw, q2q, dx2, DOT_PREC)
             x1, x2, cs_, sn_ = rot_pair(Kg, sq_t, sq_r, KBh, ROTh, srot_t, tok0, tok1 - tok0, k0, N2, A, R, BM, BK)
 
         # log-decay partial (q: +x̃·dx̃, k: −x̃·dx̃), angle gradient, back to pre-rotation
@@ -189,7 +190,8 @@ def mimo_bwd_dv_kernel(Q, K, V, ROT, CS, GAM, SCL, QB, KB, PSI, DD, DY, DSEND,
                        SC_START, SC_END, SC_BC, BC_START, BC_END, TT, H, HG, G, N2, A, P,
                        R: tl.constexpr, BM: tl.constexpr, BK: tl.constexpr, BP: tl.constexpr,
                        HAS_D: tl.constexpr, ONE_K: tl.constexpr, DOT_PREC: tl.constexpr):
-    """grid: (token tiles, H). The tile's rows are the keys j."""
+    """grid: (token tiles, H). The tile's rows are the keys j. DOT_PREC "bf16"/"fp16" (16-bit inputs,
+    ``MimoConfig.bwd_dots16``): every dot takes 16-bit operands (k̃, q̃, ṽ, dy, dS_end and the weighted scores)."""
     CT: tl.constexpr = BM // R
     sc = tl.program_id(0)
     h = tl.program_id(1)
@@ -208,6 +210,7 @@ def mimo_bwd_dv_kernel(Q, K, V, ROT, CS, GAM, SCL, QB, KB, PSI, DD, DY, DSEND,
     t, r, valid = rows_of(tok1 - tok0, R, BM)
     tj = tok0 + t
     vt = vtilde(V + h * P, sv_t, PSI + h * R * P, P, tok0, tok1 - tok0, P, R, BM, BP)
+    vt16 = dot_operand(vt, DOT_PREC)
     cj = tl.load(CS + h * TT + tj, mask=valid, other=0.0)
     gj = tl.load(GAM + h * TT + tj, mask=valid, other=0.0)
     scj = tl.load(SCL + h * TT + tj, mask=valid, other=0.0)
@@ -217,16 +220,18 @@ def mimo_bwd_dv_kernel(Q, K, V, ROT, CS, GAM, SCL, QB, KB, PSI, DD, DY, DSEND,
     u = tl.zeros((BM, BP), dtype=tl.float32)  # [BM, BP]
     DSb = DSEND + (bc * H + h).to(tl.int64) * PN
     k1, k2, _c, _s = rot_pair(Kg, sq_t, sq_r, KBh, ROTh, srot_t, tok0, tok1 - tok0, 0, N2, A, R, BM, BK)  # [BM, BK] x2
+    k1 = dot_operand(k1, DOT_PREC)
+    k2 = dot_operand(k2, DOT_PREC)
     if ONE_K:  # N/2 ≤ BK: the key tile is rotated once and reused by every product below
         d1, d2 = load_state_pair(DSb, 0, N2, P, BP, BK)
-        u = tl.dot(k1, tl.trans(d1), u, input_precision=DOT_PREC)
-        u = tl.dot(k2, tl.trans(d2), u, input_precision=DOT_PREC)
+        u = mdot(k1, tl.trans(d1), u, DOT_PREC)
+        u = mdot(k2, tl.trans(d2), u, DOT_PREC)
     else:
         for k0 in range(0, N2, BK):
-            k1, k2, _c, _s = rot_pair(Kg, sq_t, sq_r, KBh, ROTh, srot_t, tok0, tok1 - tok0, k0, N2, A, R, BM, BK)
+            k1b, k2b, _c, _s = rot_pair(Kg, sq_t, sq_r, KBh, ROTh, srot_t, tok0, tok1 - tok0, k0, N2, A, R, BM, BK)
             d1, d2 = load_state_pair(DSb, k0, N2, P, BP, BK)
-            u = tl.dot(k1, tl.trans(d1), u, input_precision=DOT_PREC)
-            u = tl.dot(k2, tl.trans(d2), u, input_precision=DOT_PREC)
+            u = mdot(k1b, tl.trans(d1), u, DOT_PREC)
+            u = mdot(k2b, tl.trans(d2), u, DOT_PREC)
     wst = fast_exp(c_end - cj)
     dvt = u * (wst * scj)[:, None]
     dscl = wst * tl.sum(vt * u, axis=1)  # [BM]
@@ -238,22 +243,22 @@ def mimo_bwd_dv_kernel(Q, K, V, ROT, CS, GAM, SCL, QB, KB, PSI, DD, DY, DSEND,
         at = tl.zeros((BM, BM), dtype=tl.float32)  # [BM (keys), BM (queries)]
         if ONE_K:
             q1, q2, _c2, _s2 = rot_pair(Qg, sq_t, sq_r, QBh, ROTh, srot_t, qt0, te - qt0, 0, N2, A, R, BM, BK)
-            at = tl.dot(k1, tl.trans(q1), at, input_precision=DOT_PREC)
-            at = tl.dot(k2, tl.trans(q2), at, input_precision=DOT_PREC)
+            at = mdot(k1, tl.trans(q1), at, DOT_PREC)
+            at = mdot(k2, tl.trans(q2), at, DOT_PREC)
         else:
             for k0 in range(0, N2, BK):
-                k1, k2, _c, _s = rot_pair(Kg, sq_t, sq_r, KBh, ROTh, srot_t, tok0, tok1 - tok0, k0, N2, A, R, BM, BK)
+                k1b, k2b, _c, _s = rot_pair(Kg, sq_t, sq_r, KBh, ROTh, srot_t, tok0, tok1 - tok0, k0, N2, A, R, BM, BK)
                 q1, q2, _c2, _s2 = rot_pair(Qg, sq_t, sq_r, QBh, ROTh, srot_t, qt0, te - qt0, k0, N2, A, R, BM, BK)
-                at = tl.dot(k1, tl.trans(q1), at, input_precision=DOT_PREC)
-                at = tl.dot(k2, tl.trans(q2), at, input_precision=DOT_PREC)
+                at = mdot(k1b, tl.trans(q1), at, DOT_PREC)
+                at = mdot(k2b, tl.trans(q2), at, DOT_PREC)
         cq = tl.load(CS + h * TT + tq, mask=vq, other=0.0)
-        dy_q = load_rows_p(DYh, sy_t, sv_t, tq, rq, vq, P, BP)  # [BM, BP]
-        dpt = tl.dot(vt, tl.trans(dy_q), input_precision=DOT_PREC)  # [BM, BM]
+        dy_q = dot_operand(load_rows_p(DYh, sy_t, sv_t, tq, rq, vq, P, BP), DOT_PREC)  # [BM, BP]
+        dpt = mdot(vt16, tl.trans(dy_q), None, DOT_PREC)  # [BM, BM]
         strict = tq[None, :] > tj[:, None]
         same = tq[None, :] == tj[:, None]
         e = fast_exp(tl.where(strict, cq[None, :] - cj[:, None], 0.0))
         wt = tl.where(strict, e * scj[:, None], tl.where(same, gj[:, None], 0.0))
-        dvt = tl.dot(at * wt, dy_q, dvt, input_precision=DOT_PREC)
+        dvt = mdot(at * wt, dy_q, dvt, DOT_PREC)
         x = dpt * at
         dscl += tl.sum(tl.where(strict, x * e, 0.0), axis=1)
         dgam += tl.sum(tl.where(same, x, 0.0), axis=1)

@@ -61,6 +61,14 @@ class MimoConfig:
     fwd_dots16: for bf16/fp16 inputs, the forward's token-by-token dots (chunk states, scores, values) take 16-bit
         operands (H200, B=8, T=4096, P=64: forward 10.54 → 9.34 ms); off, they run as tf32 on fp32 operands like
         every other dot.
+    bwd_dots16: for bf16/fp16 inputs, the dq, dk and dv kernels' dots take 16-bit operands (fp32 accumulation;
+        half the MMA work of tf32 and half the operand bytes: AOT sm_90, P=64, static HGMMA count 40 / 40 / 32 →
+        28 / 28 / 16), the rotated q̃ / k̃ of the dq / dk products as hi + lo halves (the angle gradient cancels).
+        Interpreter, bf16, T=256, N=128, P=64, R=4, every feature: worst gradient error 3.2e-3 → 4.6e-3 (d_q);
+        N = 16 / 32 / 64 at T=19, 4 seeds each: at most 5.6e-3 (d_trap; tf32: 6.9e-3, d_D). Kept tf32: Σ dy q̃ᵀ (16-bit
+        operands there took the input-state gradients from ≤ 3.4e-3 to 9.1e-3), the epilogue's recompute of y
+        (with the forward's 16-bit scores d_q_bias went from ≤ 2.5e-3 to 8.9e-3 at N=16), and dy itself (fp32:
+        a bf16 dy took d_D from ≤ 2.6e-3 to 5.6e-3). Off until timed and tested on a GPU.
     """
 
     bm: int = 64
@@ -74,6 +82,7 @@ class MimoConfig:
     state_warps: int = 8
     stages: int = 1
     fwd_dots16: bool = True
+    bwd_dots16: bool = False
     name: str = "default"
 
     def for_chunk(self, rank: int, chunk_size: int | None) -> "MimoConfig":

@@ -108,6 +108,7 @@ class Launch:
     BP: int
     dot_prec: str  # dots with fp32 operands (states, and every dot of the backward): "tf32x3" or "tf32"
     fwd_prec: str  # token-by-token dots of the forward (chunk states, scores, values): "bf16"/"fp16" for 16-bit inputs
+    bwd_prec: str  # the dq, dk and dv kernels' dots: "bf16"/"fp16" for 16-bit inputs with cfg.bwd_dots16, else dot_prec
     eps: float
 
     @property
@@ -115,21 +116,20 @@ class Launch:
         return self.H // self.G
 
 
-def dot_precisions(dtype, cfg: MimoConfig, precision: str = "ieee") -> tuple[str, str]:
-    """(dot_prec, fwd_prec) of :class:`Launch` for inputs of ``dtype``. fp32 inputs: tf32x3 (three tf32 MMAs,
-    fp32-accurate) unless the caller opts into ``precision="tf32"``. bf16/fp16 inputs: tf32 on fp32 operands,
+def dot_precisions(dtype, cfg: MimoConfig, precision: str = "ieee") -> tuple[str, str, str]:
+    """(dot_prec, fwd_prec, bwd_prec) of :class:`Launch` for inputs of ``dtype``. fp32 inputs: tf32x3 (three tf32
+    MMAs, fp32-accurate) unless the caller opts into ``precision="tf32"``. bf16/fp16 inputs: tf32 on fp32 operands,
     except the forward's token-by-token dots (chunk states, scores, values) where ``cfg.fwd_dots16``: their
     operands are rounded to the input's 16-bit type (fp32 accumulation). The states' product always stays tf32:
     a bf16 state moved the output's error at T = 1 with input states from 2.2e-3 to 3.5e-3 (interpreter, against
     the 3e-3 bar). For fp16 inputs the decay-weighted scores γ·q̃·k̃ are then rounded to fp16 too (as in SISO's
-    16-bit path), so |γ·q̃·k̃| must stay below 65504 (normalised q/k, as the layer feeds them, are far below it)."""
+    16-bit path), so |γ·q̃·k̃| must stay below 65504 (normalised q/k, as the layer feeds them, are far below it).
+    ``cfg.bwd_dots16`` rounds the operands of the dq, dk and dv kernels' dots likewise (see
+    :class:`~.configs.MimoConfig`)."""
     dot_prec = "tf32x3" if (dtype == torch.float32 and precision == "ieee") else "tf32"
-    fwd16 = {torch.bfloat16: "bf16", torch.float16: "fp16"}.get(dtype)
-    return dot_prec, (fwd16 if fwd16 is not None and cfg.fwd_dots16 else dot_prec)
-
-
-def _dims(L: Launch):
-    return dict(TT=L.TT, H=L.H, HG=L.HG, G=L.G, N2=L.N2, A=L.A, P=L.P)
+    dt16 = {torch.bfloat16: "bf16", torch.float16: "fp16"}.get(dtype)
+    fwd_prec = dt16 if dt16 is not None and cfg.fwd_dots16 else dot_prec
+    return dot_prec, fwd_prec, (dt16 if dt16 is not None and cfg.bwd_dots16 else dot_prec)
 
 
 def chunk_states(L: Launch, mode: int, x, y, bias, rot, cs, scl, psi):
@@ -240,7 +240,7 @@ def backward(L: Launch, t, sin, sfin, dout, dsfin):
         mimo_bwd_dqk_kernel[(nkb, TB.nsc, L.G)](
             q, k, v, rot, cs, gam, scl, t["qb"], t["kb"], t["psi"], dy, sin, dsend, dx, dth, dcp, dxbp,
             TB.sc_start, TB.sc_end, TB.sc_bc, TB.bc_start, TB.bc_end, L.TT, L.H, L.HG, L.G, L.N2, L.A, L.P,
-            R=L.R, BM=cfg.bm_bwd, BK=cfg.bk_bwd, BP=L.BP, IS_K=is_k, DOT_PREC=L.dot_prec,
+            R=L.R, BM=cfg.bm_bwd, BK=cfg.bk_bwd, BP=L.BP, IS_K=is_k, DOT_PREC=L.bwd_prec,
             num_warps=cfg.warps_bwd, num_stages=cfg.stages)
     dv = torch.empty_like(v)
     dpsip = torch.empty(TB.nsc, L.H, L.R, L.P, device=dev, dtype=f32)
@@ -252,7 +252,7 @@ def backward(L: Launch, t, sin, sfin, dout, dsfin):
         dv, dpsip, ddp, dscl, dgam,
         TB.sc_start, TB.sc_end, TB.sc_bc, TB.bc_start, TB.bc_end, L.TT, L.H, L.HG, L.G, L.N2, L.A, L.P,
         R=L.R, BM=cfg.bm_bwd, BK=cfg.bk_bwd, BP=L.BP, HAS_D=t["D"] is not None, ONE_K=L.N2 <= cfg.bk_bwd,
-        DOT_PREC=L.dot_prec,
+        DOT_PREC=L.bwd_prec,
         num_warps=cfg.warps_bwd, num_stages=cfg.stages)
     dcs = dcp.sum(0)
     dcs.index_add_(1, (T.bc_end - 1).long(), dcend)
@@ -272,7 +272,7 @@ def aot_kernel_launches(cfg: MimoConfig, headdim: int, dtype, arch: int, dstate:
     H, G, R, N, P, A = 32, 1, 4, dstate, headdim, dstate // 4
     N2, TT, NBC = N // 2, 4096, 64
     BP = block_p(P)
-    prec, fwd_prec = dot_precisions(dtype, cfg)
+    prec, fwd_prec, bwd_prec = dot_precisions(dtype, cfg)
     e = lambda *shape, dt=torch.float32: torch.empty(*shape, dtype=dt)  # noqa: E731
     i32 = lambda n: torch.empty(n, dtype=torch.int32)  # noqa: E731
     q = e(16, dt=dtype)
@@ -306,12 +306,12 @@ def aot_kernel_launches(cfg: MimoConfig, headdim: int, dtype, arch: int, dstate:
             f"mimo_bwd_dqk_kernel[{'dk' if is_k else 'dq'}]-{tag}", mimo_bwd_dqk_kernel,
             (q, q, v, f, f, f, f, f, f, f, f, f, f, q, f, f, f,
              i32(16), i32(16), i32(16), i32(16), i32(16), TT, H, H // G, G, N2, A, P),
-            dict(R=R, BM=cfg.bm_bwd, BK=cfg.bk_bwd, BP=BP, IS_K=is_k, DOT_PREC=prec, **bwd_w)))
+            dict(R=R, BM=cfg.bm_bwd, BK=cfg.bk_bwd, BP=BP, IS_K=is_k, DOT_PREC=bwd_prec, **bwd_w)))
     out.append(KernelLaunch(
         f"mimo_bwd_dv_kernel-{tag}", mimo_bwd_dv_kernel,
         (q, q, v, f, f, f, f, f, f, f, f, f, f, v, f, f, f, f,
          i32(16), i32(16), i32(16), i32(16), i32(16), TT, H, H // G, G, N2, A, P),
-        dict(R=R, BM=cfg.bm_bwd, BK=cfg.bk_bwd, BP=BP, HAS_D=True, ONE_K=N2 <= cfg.bk_bwd, DOT_PREC=prec,
+        dict(R=R, BM=cfg.bm_bwd, BK=cfg.bk_bwd, BP=BP, HAS_D=True, ONE_K=N2 <= cfg.bk_bwd, DOT_PREC=bwd_prec,
              **bwd_w)))
     from .angles import aot_angle_launches
 

@@ -36,6 +36,32 @@ def mdot(a, b, acc, PREC: tl.constexpr):
 
 
 @triton.jit
+def dot_operand(x, PREC: tl.constexpr):
+    """x as ``mdot`` will feed it to the tensor cores: rounded to 16 bits once for PREC "bf16" / "fp16" (so a tile
+    used by several dots is held at half the registers), unchanged otherwise."""
+    if PREC == "bf16":
+        return x.to(tl.bfloat16)
+    elif PREC == "fp16":
+        return x.to(tl.float16)
+    else:
+        return x
+
+
+@triton.jit
+def mdot_split(a, b, acc, PREC: tl.constexpr):
+    """a @ b (+ acc) where b is a rotated q̃ or k̃ tile (fp32): for 16-bit PREC, b enters as hi + lo 16-bit halves
+    (two MMAs; ~16 mantissa bits), because the angle gradient x̃1·dx̃2 − x̃2·dx̃1 cancels and one bf16 rounding of
+    b puts it at the 1e-2 bar (as SISO's ``exact_dot``); otherwise one dot at PREC."""
+    if PREC == "bf16" or PREC == "fp16":
+        hi = dot_operand(b, PREC)
+        lo = dot_operand(b - hi.to(tl.float32), PREC)
+        a16 = dot_operand(a, PREC)
+        return tl.dot(a16, lo, tl.dot(a16, hi, acc))
+    else:
+        return tl.dot(a, b, acc, input_precision=PREC)
+
+
+@triton.jit
 def token_tile(SC_START, SC_END, SC_BC, sc):
     """(first token, end token, state chunk) of token tile ``sc``."""
     return tl.load(SC_START + sc), tl.load(SC_END + sc), tl.load(SC_BC + sc)
