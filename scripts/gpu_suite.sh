@@ -9,6 +9,8 @@
 #   bench    bench_siso, bench_mimo, bench_step, bench_task_step, each with a cold cache (≈ 3 + 3 + 1 + 1 min)
 #   info     `python -m mamba3 info`: AOT-compiles every kernel for this GPU (≈ 3 min of CPU; run alone, it
 #            slows whatever shares the CPUs with it)
+#   sweeps   (not in the default) the candidates prepared without a GPU and not timed yet: SWEEP_MIMO / SWEEP_SISO
+#            (--only filters of bench_mimo.py --sweep and sweep_siso.py; set either to "" to skip it)
 # One device call runs for at most 10 minutes, so split the suite over calls, e.g. PARTS=ops, then PARTS=rest,
 # then PARTS=bench (measured on the H200, thirteenth session). Writes <part>_tests.log, demo.log, the benchmarks'
 # JSON + markdown and info.txt under $OUT; BUNDLE=1 packs everything into $OUT/gpu_suite.tgz (for transports that
@@ -49,6 +51,21 @@ if has bench; then
       || status=1
     cat "$OUT/$bench.md" 2>/dev/null || tail -n 5 "$OUT/bench_$bench.log"
   done
+fi
+if has sweeps; then  # defaults: the fifteenth session's candidates (MIMO 16-bit backward dots, fp32 32-row
+  # tiles; SISO bwd_dqk with one program per q/k group against the launcher's 2 splits)
+  SWEEP_MIMO=${SWEEP_MIMO-bwd16,bm32-st4}
+  SWEEP_SISO=${SWEEP_SISO-bf16-joined-c64-w4/8-hs1,bf16-joined-c64-w4/8-hs2,bf16-joined-c64-w4/8}
+  if [ -n "$SWEEP_MIMO" ]; then
+    timeout 400 python3 benchmarks/bench_mimo.py --sweep --only "$SWEEP_MIMO" --out "$OUT/mimo_sweep.json" \
+      > "$OUT/sweep_mimo.log" 2>&1 || status=1
+    grep "'config'" "$OUT/sweep_mimo.log" || tail -n 5 "$OUT/sweep_mimo.log"
+  fi
+  if [ -n "$SWEEP_SISO" ]; then
+    timeout 300 python3 benchmarks/sweep_siso.py --only "$SWEEP_SISO" --out "$OUT/siso_sweep.json" \
+      > "$OUT/sweep_siso.log" 2>&1 || status=1
+    tail -n 8 "$OUT/sweep_siso.log"
+  fi
 fi
 if has info; then
   python3 -m mamba3 info > "$OUT/info.txt" 2>&1 || status=1

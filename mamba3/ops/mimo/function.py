@@ -15,7 +15,8 @@ Split of the work:
 Tiling: the dispatcher's configuration fixes BM rows = (token, rank) pairs per tile; ``chunk_size`` only caps
 the tile's tokens (the math does not depend on it). fp32 inputs use tf32x3 dots (fp32-accurate) unless
 precision="tf32"; bf16/fp16 inputs use tf32 dots on fp32 operands, except for the forward's token-by-token
-dots, whose operands are rounded to the input's 16-bit type.
+dots, whose operands are rounded to the input's 16-bit type (and the dq/dk/dv kernels' dots where the
+configuration sets ``bwd_dots16``, off by default).
 """
 from __future__ import annotations
 
