@@ -68,6 +68,23 @@ def test_ranks(rank, dtype):
            states=True)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+def test_strong_decay_with_ragged_tiles(dtype):
+    """adt = −12 per token (the in-chunk log-decay cumsum passes −88 within a tile) with ragged tiles at every
+    sequence end, as packed varlen training meets them: the kernels used to give NaN gradients here (an absent
+    token's decay against a valid one was e^{+|c|} = inf) and an fp32 d_adt off by 1e-3 to 8e-3 (cancelling γ
+    terms); see tests/interp/test_mimo_kernels.py::test_strong_decay_with_ragged_tiles."""
+    from mamba3.ops.mimo.check import assert_within_contract, compare
+
+    args = mimo_inputs(dtype=dtype, device="cuda", bsz=1, seqlen=211, nheads=4, ngroups=1, dstate=64, headdim=64,
+                       rank=4, states=True, rms_norm=True, cu_seqlens=[0, 1, 17, 90, 211])
+    args["adt"] = torch.full_like(args["adt"], -12.0)
+    errs = compare(args, chunk_size=16)
+    bad = sorted(k for k, e in errs.items() if not e == e)
+    assert not bad, f"non-finite: {bad}"
+    assert_within_contract(errs, dtype)
+
+
 def test_fp32_n128_p64_r4():
     """The seed's worst case on 99 KB GPUs: fp32 at N=128, P=64, R=4 (the official kernel needs ≈400 KB)."""
     _check(torch.float32, bsz=1, seqlen=130, nheads=2, ngroups=1, dstate=128, headdim=64, rank=4, states=True,

@@ -119,3 +119,24 @@ def test_16bit_backward_dots(dtype, dstate):
                      state_warps=4, bwd_dots16=True, name="tiny-bwd16")
     _check(dtype, config=cfg, bsz=1, seqlen=19, nheads=2, ngroups=1, dstate=dstate, headdim=16, rank=2,
            states=True, rms_norm=True)
+
+
+@pytest.mark.parametrize("seqlen,cu_seqlens", [(14, None), (19, [0, 5, 19])], ids=["ragged", "varlen"])
+def test_strong_decay_with_ragged_tiles(seqlen, cu_seqlens):
+    """adt = −12 per token, so the in-chunk log-decay cumsum passes −88 (e^c underflows fp32) within a tile, and the
+    last tile of each state chunk is ragged (tokens past its end), as packed varlen training meets them once a model
+    learns to forget fast. Two failures this pins: (1) the absent tokens read c = 0, so a pairwise decay between an
+    absent and a valid token was e^{+|c|} = inf, and inf × the absent row's zero score = NaN, which the dk/dv
+    contractions over query columns and the bias/φ sums over rows carried into valid gradients (d_k, d_v, d_q_bias,
+    d_mimo_out, … all NaN); (2) d_adt formed as Σ q̃·dq̃ − Σ k̃·dk̃ cancels the same-token γ terms and the last
+    token's own state term, leaving an fp32 residue above the decayed true value (1e-3 / 8e-3 relative). Both
+    float64 references agree here to 1e-12 (at adt = −40 they differ by 7e-2 in d_adt themselves)."""
+    from mamba3.ops.mimo.check import assert_within_contract, compare
+
+    args = mimo_inputs(dtype=torch.float32, bsz=1, seqlen=seqlen, states=True, rms_norm=True,
+                       cu_seqlens=cu_seqlens, **SMALL)
+    args["adt"] = torch.full_like(args["adt"], -12.0)
+    errs = compare(args, chunk_size=8)
+    bad = sorted(k for k, e in errs.items() if not e == e)
+    assert not bad, f"non-finite: {bad}"
+    assert_within_contract(errs, torch.float32)

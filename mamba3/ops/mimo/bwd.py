@@ -5,19 +5,26 @@ Given dy (per-rank gradient of y, from ``mimo_out_kernel`` with BWD=True) the ba
 - ``mimo_chunk_state_kernel`` MODE 1: dL_c = Σ_{i∈c} e^{c_i} dy_i q̃_iᵀ per state chunk (the gradient its
   outputs send to the chunk's incoming state);
 - ``mimo_state_bwd_kernel``: reverse pass over the state chunks: dS_end[c] (gradient w.r.t. the state at the
-  end of chunk c), the gradient of the input state, and ⟨dS_end[c], S_end[c]⟩ (the gradient of the chunk's
-  total log-decay);
+  end of chunk c), the gradient of the input state, and e^{g[c]}⟨dS_end[c], S_in[c]⟩ (the gradient of the
+  chunk's total log-decay through its incoming state);
 - ``mimo_bwd_dqk_kernel`` (launched twice: dq̃, then dk̃) per (N-pair block, token tile, q/k group), looping
   over the heads of the group so dQ/dK are reduced in registers (no per-head copy in memory), then dθ, the
-  bias partials, the log-decay partials Σ_r (q̃·dq̃ − k̃·dk̃) and the rotation back to pre-rotation gradients;
-- ``mimo_bwd_dv_kernel``: dṽ (→ dv, dψ partials), d scale, dγ and dD partials per (token tile, head).
+  bias partials, the inter-chunk term's log-decay partial Σ_r q̃·dq̃_inter and the rotation back to
+  pre-rotation gradients;
+- ``mimo_bwd_dv_kernel``: dṽ (→ dv, dψ partials), d scale, dγ and dD partials per (token tile, head), and the
+  log-decay partials of the in-chunk pairs and of the chunk-state term.
 
 With W_ij = e^{c_i − c_j}·scale_j (t_i > t_j), γ_i (t_i = t_j) and dP_ij = dy_i·ṽ_j:
     dq̃_i = e^{c_i} S_bᵀ dy_i + Σ_j (W ∘ dP)_ij k̃_j
     dk̃_j = e^{c_end − c_j} scale_j dS_endᵀ ṽ_j + Σ_i (W ∘ dP)_ij q̃_i
     dṽ_j = e^{c_end − c_j} scale_j dS_end k̃_j + Σ_i (W ∘ A)_ij dy_i + D dy_j,   A_ij = q̃_i·k̃_j
-The gradient of the in-chunk log-decay cumsum at token t is Σ_r (q̃·dq̃ − k̃·dk̃) (the same-token γ terms
-cancel), plus ⟨dS_end, S_end⟩ at the chunk's last token.
+The gradient of the in-chunk log-decay cumsum at token t, with G = dP ∘ A ∘ W over the strict pairs (t_i > t_j)
+and T_j = e^{c_end − c_j}·scale_j·ṽ_j·dS_end k̃_j (summed over ranks):
+    dc_t = Σ_r q̃_t·dq̃_inter,t + Σ_j G_tj − Σ_i G_it − T_t                        (t not the chunk's last token)
+    dc_end = the same, without T_end, + Σ_{j ≠ end} T_j + e^{c_end}⟨dS_end, S_in⟩
+It equals Σ_r (q̃·dq̃ − k̃·dk̃) + ⟨dS_end, S_end⟩ at the end, but that form subtracts the same-token γ terms and the
+last token's own T_end (neither depends on c) from themselves: an fp32 residue that dominates the decayed true
+value under strong decay (adt = −12 per token: d_adt 1e-3 to 8e-3 relative; now < 1e-6).
 """
 from __future__ import annotations
 
@@ -25,19 +32,20 @@ import triton
 import triton.language as tl
 
 from ..common.tiles import fast_exp
-from .tiles import (dot_operand, load_rank_p, load_rows_p, load_state_pair, mdot, mdot_split, pair_weights, rot_pair,
-                    rows_of, token_strides, token_tile, vtilde)
+from .tiles import (bcast_pairs, dot_operand, later_mask, load_rank_p, load_rows_p, load_state_pair, mdot, mdot_split,
+                    pair_weights, rot_pair, rows_of, token_decays, token_strides, token_tile, vtilde)
 
 
 @triton.jit(do_not_specialize=["NBC"])
-def mimo_state_bwd_kernel(BUF, SIN, SFIN, DSFIN, DS0, DCEND, G, SEQ_BC, H, PN, NBC,
+def mimo_state_bwd_kernel(BUF, SIN, DSFIN, DS0, DCEND, G, SEQ_BC, H, PN, NBC,
                           HAS_DSFIN: tl.constexpr, BLK: tl.constexpr):
     """Per (sequence, head), state chunks in reverse: BUF[c] (dL_c on entry) ← dS_end[c];
     dS ← e^{g[c]}·dS + dL_c (G (state chunks, H): each chunk's total log-decay). DCEND[blk, h, c] = partial
-    ⟨dS_end[c], S_end[c]⟩. grid: (P·N blocks, NS, H).
+    e^{g[c]}·⟨dS_end[c], S_in[c]⟩, the gradient of g[c] through the incoming state (its part through the chunk's
+    own ΔS comes from the dv kernel, per key token). grid: (P·N blocks, NS, H).
 
-    The previous chunk's dL, end state and decay are loaded one step ahead, before this step's store (they never
-    alias it), so each step waits on one memory round trip less (as ``common.state_passing`` does)."""
+    The previous chunk's dL, incoming state and decay are loaded one step ahead, before this step's store (they
+    never alias it), so each step waits on one memory round trip less (as ``common.state_passing`` does)."""
     pid = tl.program_id(0)
     s = tl.program_id(1)
     h = tl.program_id(2)
@@ -51,23 +59,26 @@ def mimo_state_bwd_kernel(BUF, SIN, SFIN, DSFIN, DS0, DCEND, G, SEQ_BC, H, PN, N
     c_lo = tl.load(SEQ_BC + s)
     c_hi = tl.load(SEQ_BC + s + 1)
     last = c_hi - 1
-    d_next = tl.load(BUF + (last * H + h).to(tl.int64) * PN + e, mask=m & (last >= c_lo), other=0.0)
-    s_end_next = tl.load(SFIN + fin, mask=m, other=0.0)  # the last chunk ends with the final state
-    g_next = tl.load(G + last * H + h, mask=last >= c_lo, other=0.0)
+    has_last = last >= c_lo
+    off_last = (last * H + h).to(tl.int64) * PN + e
+    d_next = tl.load(BUF + off_last, mask=m & has_last, other=0.0)
+    s_in_next = tl.load(SIN + off_last, mask=m & has_last, other=0.0)
+    g_next = tl.load(G + last * H + h, mask=has_last, other=0.0)
     for i in range(0, c_hi - c_lo):
         bc = c_hi - 1 - i
         off = (bc * H + h).to(tl.int64) * PN + e
         d = d_next
-        s_end = s_end_next
+        s_in = s_in_next
         g = g_next
         prev = bc - 1
         has_prev = prev >= c_lo
         d_next = tl.load(BUF + off - H * PN, mask=m & has_prev, other=0.0)
-        s_end_next = tl.load(SIN + off, mask=m & has_prev, other=0.0)  # chunk prev ends where chunk bc starts
+        s_in_next = tl.load(SIN + off - H * PN, mask=m & has_prev, other=0.0)
         g_next = tl.load(G + prev * H + h, mask=has_prev, other=0.0)
         tl.store(BUF + off, ds, mask=m)
-        tl.store(DCEND + (pid * H + h) * NBC + bc, tl.sum(ds * s_end, axis=0))
-        ds = fast_exp(g) * ds + d
+        decay = fast_exp(g)
+        tl.store(DCEND + (pid * H + h) * NBC + bc, decay * tl.sum(ds * s_in, axis=0))
+        ds = decay * ds + d
     tl.store(DS0 + fin, ds, mask=m)
 
 
@@ -80,9 +91,10 @@ def mimo_bwd_dqk_kernel(Q, K, V, ROT, CS, GAM, SCL, QB, KB, PSI, DY, SIN, DSEND,
     """dq̃ (IS_K=False) or dk̃ (IS_K=True) of one (N-pair block, token tile, q/k group); grid (nkb, tiles, G).
 
     Loops over the heads of the group and reduces dQ / dK in registers. Also writes, per head, the angle
-    gradient (the q part first; the k launch adds its part to it), the log-decay partial ±Σ_r x̃·dx̃ and the
-    bias partial of the tile. DOT_PREC "bf16"/"fp16" (16-bit inputs, ``MimoConfig.bwd_dots16``): dy, ṽ, the
-    states and the weighted dP enter the dots rounded to 16 bits, the rotated q̃ / k̃ as hi + lo halves."""
+    gradient (the q part first; the k launch adds its part to it), the bias partial of the tile and (q launch) the
+    log-decay partial of the inter-chunk term, Σ_r q̃·dq̃_inter. DOT_PREC "bf16"/"fp16" (16-bit inputs,
+    ``MimoConfig.bwd_dots16``): dy, ṽ, the states and the weighted dP enter the dots rounded to 16 bits, the
+    rotated q̃ / k̃ as hi + lo halves."""
     CT: tl.constexpr = BM // R
     kb = tl.program_id(0)
     sc = tl.program_id(1)
@@ -113,28 +125,35 @@ def mimo_bwd_dqk_kernel(Q, K, V, ROT, CS, GAM, SCL, QB, KB, PSI, DY, SIN, DSEND,
         PSIh = PSI + h * R * P
         DYh = DY + h * P
         ci = tl.load(CS + h * TT + ti, mask=valid, other=0.0)
-        gi = tl.load(GAM + h * TT + ti, mask=valid, other=0.0)
         if not IS_K:
             # dq̃_i = e^{c_i} S_bᵀ dy_i + Σ_{j ≤ i} (W ∘ dP)_ij k̃_j
             dy_i = dot_operand(load_rows_p(DYh, sy_t, sv_t, ti, r, valid, P, BP), DOT_PREC)  # [BM, BP]
-            s1, s2 = load_state_pair(SIN + (bc * H + h).to(tl.int64) * PN, k0, N2, P, BP, BK)  # [BP, BK]
-            ei = fast_exp(ci)[:, None]
-            dx1 = mdot(dy_i, s1, None, DOT_PREC) * ei
-            dx2 = mdot(dy_i, s2, None, DOT_PREC) * ei
+            dx1 = tl.zeros((BM, BK), dtype=tl.float32)
+            dx2 = tl.zeros((BM, BK), dtype=tl.float32)
             for kt0 in range(tb, tok1, CT):
-                tj_, rj, vj = rows_of(tok1 - kt0, R, BM)
-                tj = kt0 + tj_
                 vt_j = vtilde(Vh, sv_t, PSIh, P, kt0, tok1 - kt0, P, R, BM, BP)
                 dp = mdot(dy_i, tl.trans(vt_j), None, DOT_PREC)  # [BM, BM]
-                cj = tl.load(CS + h * TT + tj, mask=vj, other=0.0)
-                scj = tl.load(SCL + h * TT + tj, mask=vj, other=0.0)
-                dpw = dp * pair_weights(ti, tj, ci, cj, scj, gi)
+                dpw = dp * pair_weights(CS + h * TT, SCL + h * TT, GAM + h * TT, tok0, tok1 - tok0, kt0, tok1 - kt0,
+                                        R, BM, False)
                 k1j, k2j, _c, _s = rot_pair(Kg, sq_t, sq_r, KBh, ROTh, srot_t, kt0, tok1 - kt0, k0, N2, A, R, BM, BK)
                 dx1 = mdot_split(dpw, k1j, dx1, DOT_PREC)
                 dx2 = mdot_split(dpw, k2j, dx2, DOT_PREC)
             x1, x2, cs_, sn_ = rot_pair(Qg, sq_t, sq_r, QBh, ROTh, srot_t, tok0, tok1 - tok0, k0, N2, A, R, BM, BK)
+            # the inter-chunk term last, so that its log-decay partial q̃·dq̃_inter is formed alone: the in-chunk pairs'
+            # part comes from the dv kernel, from the strict pairs only (through q̃·dq̃ − k̃·dk̃ the same-token γ terms
+            # cancel, leaving an fp32 residue that dominates once the pairs decay: adt = −12, d_adt 1e-3 to 8e-3)
+            s1, s2 = load_state_pair(SIN + (bc * H + h).to(tl.int64) * PN, k0, N2, P, BP, BK)  # [BP, BK]
+            ei = fast_exp(ci)[:, None]
+            ds = mdot(dy_i, s1, None, DOT_PREC) * ei  # one half at a time: fewer live [BM, BK] tiles
+            dc = tl.sum(x1 * ds, axis=1)  # [BM]
+            dx1 += ds
+            ds = mdot(dy_i, s2, None, DOT_PREC) * ei
+            dc += tl.sum(x2 * ds, axis=1)
+            dx2 += ds
+            dc = tl.sum(tl.reshape(dc, (CT, R)), axis=1)  # [CT]
+            tl.store(DCP + (kb * H + h).to(tl.int64) * TT + tok0 + tt, dc, mask=tv)
         else:
-            # dk̃_j = e^{c_end − c_j} scale_j dS_endᵀ ṽ_j + Σ_{i ≥ j} (W ∘ dP)_ij q̃_i
+            # dk̃_j = e^{c_end − c_j} scale_j dS_endᵀ ṽ_j + Σ_{i ≥ j} (W ∘ dP)_ij q̃_i (log-decay partials: dv kernel)
             sci = tl.load(SCL + h * TT + ti, mask=valid, other=0.0)
             c_end = tl.load(CS + h * TT + te - 1)
             vt_i = dot_operand(vtilde(Vh, sv_t, PSIh, P, tok0, tok1 - tok0, P, R, BM, BP), DOT_PREC)
@@ -144,25 +163,16 @@ def mimo_bwd_dqk_kernel(Q, K, V, ROT, CS, GAM, SCL, QB, KB, PSI, DY, SIN, DSEND,
             dx2 = mdot(vt_i, d2, None, DOT_PREC) * wst
             for qt0 in range(tok0, te, CT):
                 tq_, rq, vq = rows_of(te - qt0, R, BM)
-                tq = qt0 + tq_
-                dy_q = load_rows_p(DYh, sy_t, sv_t, tq, rq, vq, P, BP)
+                dy_q = load_rows_p(DYh, sy_t, sv_t, qt0 + tq_, rq, vq, P, BP)
                 dpt = mdot(vt_i, tl.trans(dy_q), None, DOT_PREC)  # [BM (own keys), BM (queries)]
-                cq = tl.load(CS + h * TT + tq, mask=vq, other=0.0)
-                strict = tq[None, :] > ti[:, None]
-                e = fast_exp(tl.where(strict, cq[None, :] - ci[:, None], 0.0))
-                wt = tl.where(strict, e * sci[:, None], tl.where(tq[None, :] == ti[:, None], gi[:, None], 0.0))
-                dpw = dpt * wt
+                dpw = dpt * pair_weights(CS + h * TT, SCL + h * TT, GAM + h * TT, tok0, tok1 - tok0, qt0, te - qt0,
+                                         R, BM, True)
                 q1q, q2q, _c, _s = rot_pair(Qg, sq_t, sq_r, QBh, ROTh, srot_t, qt0, te - qt0, k0, N2, A, R, BM, BK)
                 dx1 = mdot_split(dpw, q1q, dx1, DOT_PREC)
                 dx2 = mdot_split(dpw, q2q, dx2, DOT_PREC)
             x1, x2, cs_, sn_ = rot_pair(Kg, sq_t, sq_r, KBh, ROTh, srot_t, tok0, tok1 - tok0, k0, N2, A, R, BM, BK)
 
-        # log-decay partial (q: +x̃·dx̃, k: −x̃·dx̃), angle gradient, back to pre-rotation
-        dc = tl.sum(x1 * dx1 + x2 * dx2, axis=1)  # [BM]
-        dc = tl.sum(tl.reshape(dc, (CT, R)), axis=1)  # [CT]
-        if IS_K:
-            dc = -dc
-        tl.store(DCP + ((IS_K * tl.cdiv(N2, BK) + kb) * H + h).to(tl.int64) * TT + tok0 + tt, dc, mask=tv)
+        # angle gradient, back to pre-rotation
         dth = tl.sum(tl.reshape(x1 * dx2 - x2 * dx1, (CT, R, BK)), axis=1)  # [CT, BK]
         mth = tv[:, None] & (kk < A)[None, :]
         offth = ((tok0 + tt).to(tl.int64)[:, None] * H + h) * A + kk[None, :]
@@ -184,14 +194,21 @@ def mimo_bwd_dqk_kernel(Q, K, V, ROT, CS, GAM, SCL, QB, KB, PSI, DY, SIN, DSEND,
     tl.store(DX + off + N2, dX2.to(DX.dtype.element_ty), mask=m)
 
 
-@triton.jit(do_not_specialize=["TT"])
+@triton.jit(do_not_specialize=["TT", "NSL"])
 def mimo_bwd_dv_kernel(Q, K, V, ROT, CS, GAM, SCL, QB, KB, PSI, DD, DY, DSEND,
-                       DV, DPSIP, DDP, DSCL, DGAM,
-                       SC_START, SC_END, SC_BC, BC_START, BC_END, TT, H, HG, G, N2, A, P,
+                       DV, DPSIP, DDP, DSCL, DGAM, DCV,
+                       SC_START, SC_END, SC_BC, BC_START, BC_END, TT, H, HG, G, N2, A, P, NSL,
                        R: tl.constexpr, BM: tl.constexpr, BK: tl.constexpr, BP: tl.constexpr,
                        HAS_D: tl.constexpr, ONE_K: tl.constexpr, DOT_PREC: tl.constexpr):
     """grid: (token tiles, H). The tile's rows are the keys j. DOT_PREC "bf16"/"fp16" (16-bit inputs,
-    ``MimoConfig.bwd_dots16``): every dot takes 16-bit operands (k̃, q̃, ṽ, dy, dS_end and the weighted scores)."""
+    ``MimoConfig.bwd_dots16``): every dot takes 16-bit operands (k̃, q̃, ṽ, dy, dS_end and the weighted scores).
+
+    Also the log-decay gradient's parts that this tile's keys see, each entry written once: the in-chunk pairs'
+    part from the strict pairs only (G = dP ∘ A ∘ W), as row sums for the query tokens, DCV[s, h, t] for the key
+    tile s tiles before the query's (NSL slots); minus its column sums and the state term −e^{c_end − c_j}·scale_j·
+    ṽ_j·dS_end k̃_j for this tile's key tokens, DCV[NSL, h, t]; and the state terms' opposite for the chunk's total
+    decay, DCV[NSL + 1 + s, h, chunk's last token] for the tile s-th in its chunk. The last token's own state term
+    does not depend on c (e^0) and appears in neither: the two would cancel, leaving an fp32 residue."""
     CT: tl.constexpr = BM // R
     sc = tl.program_id(0)
     h = tl.program_id(1)
@@ -212,7 +229,6 @@ def mimo_bwd_dv_kernel(Q, K, V, ROT, CS, GAM, SCL, QB, KB, PSI, DD, DY, DSEND,
     vt = vtilde(V + h * P, sv_t, PSI + h * R * P, P, tok0, tok1 - tok0, P, R, BM, BP)
     vt16 = dot_operand(vt, DOT_PREC)
     cj = tl.load(CS + h * TT + tj, mask=valid, other=0.0)
-    gj = tl.load(GAM + h * TT + tj, mask=valid, other=0.0)
     scj = tl.load(SCL + h * TT + tj, mask=valid, other=0.0)
     c_end = tl.load(CS + h * TT + te - 1)
 
@@ -235,7 +251,10 @@ def mimo_bwd_dv_kernel(Q, K, V, ROT, CS, GAM, SCL, QB, KB, PSI, DD, DY, DSEND,
     wst = fast_exp(c_end - cj)
     dvt = u * (wst * scj)[:, None]
     dscl = wst * tl.sum(vt * u, axis=1)  # [BM]
+    dstate = scj * dscl  # the state term's log-decay partial (per row)
     dgam = tl.zeros((BM,), dtype=tl.float32)
+    dcol = tl.zeros((BM,), dtype=tl.float32)
+    tt = tl.arange(0, CT)
 
     for qt0 in range(tok0, te, CT):
         tq_, rq, vq = rows_of(te - qt0, R, BM)
@@ -251,17 +270,20 @@ def mimo_bwd_dv_kernel(Q, K, V, ROT, CS, GAM, SCL, QB, KB, PSI, DD, DY, DSEND,
                 q1, q2, _c2, _s2 = rot_pair(Qg, sq_t, sq_r, QBh, ROTh, srot_t, qt0, te - qt0, k0, N2, A, R, BM, BK)
                 at = mdot(k1b, tl.trans(q1), at, DOT_PREC)
                 at = mdot(k2b, tl.trans(q2), at, DOT_PREC)
-        cq = tl.load(CS + h * TT + tq, mask=vq, other=0.0)
         dy_q = dot_operand(load_rows_p(DYh, sy_t, sv_t, tq, rq, vq, P, BP), DOT_PREC)  # [BM, BP]
         dpt = mdot(vt16, tl.trans(dy_q), None, DOT_PREC)  # [BM, BM]
-        strict = tq[None, :] > tj[:, None]
-        same = tq[None, :] == tj[:, None]
-        e = fast_exp(tl.where(strict, cq[None, :] - cj[:, None], 0.0))
-        wt = tl.where(strict, e * scj[:, None], tl.where(same, gj[:, None], 0.0))
+        wt = pair_weights(CS + h * TT, SCL + h * TT, GAM + h * TT, tok0, tok1 - tok0, qt0, te - qt0, R, BM, True)
         dvt = mdot(at * wt, dy_q, dvt, DOT_PREC)
+        strict, _same = later_mask(tok0, qt0, CT, True)
+        e_later = bcast_pairs(tl.where(strict, token_decays(CS + h * TT, tok0, tok1 - tok0, qt0, te - qt0, CT), 0.0),
+                              R, BM)
         x = dpt * at
-        dscl += tl.sum(tl.where(strict, x * e, 0.0), axis=1)
-        dgam += tl.sum(tl.where(same, x, 0.0), axis=1)
+        xe = x * e_later
+        dcol += tl.sum(xe, axis=1)
+        dgam += tl.sum(tl.where(tq[None, :] == tj[:, None], x, 0.0), axis=1)
+        drow = tl.sum(tl.reshape(tl.sum(xe * scj[:, None], axis=0), (CT, R)), axis=1)  # [CT] query tokens
+        tl.store(DCV + (((qt0 - tok0) // CT) * H + h).to(tl.int64) * TT + qt0 + tt, drow, mask=tt < te - qt0)
+    dscl += dcol
 
     if HAS_D:
         dy_j = load_rows_p(DYh, sy_t, sv_t, tj, r, valid, P, BP)
@@ -270,8 +292,14 @@ def mimo_bwd_dv_kernel(Q, K, V, ROT, CS, GAM, SCL, QB, KB, PSI, DD, DY, DSEND,
 
     pp = tl.arange(0, BP)
     pm = pp < P
-    tt = tl.arange(0, CT)
     tv = tt < tok1 - tok0
+    dstate = tl.where(valid & (tj != te - 1), dstate, 0.0)  # the last token's own state term: neither side
+    dck = -tl.sum(tl.reshape(scj * dcol + dstate, (CT, R)), axis=1)  # [CT] key tokens
+    tl.store(DCV + (NSL * H + h).to(tl.int64) * TT + tok0 + tt, dck, mask=tv)
+    slot = NSL + 1 + (tok0 - tl.load(BC_START + bc)) // CT
+    # (one 2-D reduction: reducing the [BM] or [CT] sums to a scalar fails to compile for sm_100, Triton 3.6:
+    # "parent layout must have at least rank >= 2" in its TMEM layout pass)
+    tl.store(DCV + (slot * H + h).to(tl.int64) * TT + te - 1, tl.sum(tl.reshape(dstate, (CT, R))))
     psi = load_rank_p(PSI + h * R * P, r, valid, P, P, BP)
     v_raw = load_rows_p(V + h * P, sv_t, 0, tj, r, valid, P, BP)  # [BM, BP]
     dv = tl.sum(tl.reshape(dvt * psi, (CT, R, BP)), axis=1)  # [CT, BP]

@@ -70,8 +70,8 @@ class _MimoCore(torch.autograd.Function):
         L = ctx.L
         q, k, v, theta, cs, gam, scl, qb, kb, psi, zeta, phi, D, z, nw, s0 = ctx.saved_tensors
         t = _pass_tensors(L, ctx.flags["norm"], q, k, v, theta, cs, gam, scl, qb, kb, psi, zeta, phi, D, z, nw, s0)
-        sin, sfin = _launch.forward(L, t)  # recompute the incoming states (not kept between passes)
-        g = _launch.backward(L, t, sin, sfin, dout.contiguous(), None if dsfin is None else dsfin.contiguous())
+        sin, _ = _launch.forward(L, t)  # recompute the incoming states (not kept between passes)
+        g = _launch.backward(L, t, sin, dout.contiguous(), None if dsfin is None else dsfin.contiguous())
         return (None, None, g["q"], g["k"], g["v"], g["theta"], g["cs"], g["gam"], g["scl"],
                 g["qb"].to(qb.dtype), g["kb"].to(kb.dtype), g["psi"].to(psi.dtype),
                 None if zeta is None or g["zeta"] is None else g["zeta"].to(zeta.dtype),

@@ -101,7 +101,6 @@ def mimo_out_kernel(Q, K, V, ROT, CS, GAM, SCL, QB, KB, PSI, ZETA, PHI, DD, Z, N
     t, r, valid = rows_of(tok1 - tok0, R, BM)
     ti = tok0 + t
     ci = tl.load(CS + h * TT + ti, mask=valid, other=0.0)
-    gi = tl.load(GAM + h * TT + ti, mask=valid, other=0.0)
 
     # inter-chunk: e^{c_i}·S q̃_i
     acc = tl.zeros((BM, BP), dtype=tl.float32)  # [BM, BP]
@@ -121,8 +120,6 @@ def mimo_out_kernel(Q, K, V, ROT, CS, GAM, SCL, QB, KB, PSI, ZETA, PHI, DD, Z, N
 
     # intra-chunk: earlier tiles of the state chunk and this one
     for kt0 in range(tb, tok1, CT):
-        tj_, rj, vj = rows_of(tok1 - kt0, R, BM)
-        tj = kt0 + tj_
         s_ij = tl.zeros((BM, BM), dtype=tl.float32)  # [BM, BM]
         if ONE_K:
             k1, k2, _c2, _s2 = rot_pair(Kg, sq_t, sq_r, KBh, ROTh, srot_t, kt0, tok1 - kt0, 0, N2, A, R, BM, BK)
@@ -134,9 +131,7 @@ def mimo_out_kernel(Q, K, V, ROT, CS, GAM, SCL, QB, KB, PSI, ZETA, PHI, DD, Z, N
                 k1, k2, _c2, _s2 = rot_pair(Kg, sq_t, sq_r, KBh, ROTh, srot_t, kt0, tok1 - kt0, k0, N2, A, R, BM, BK)
                 s_ij = mdot(q1, tl.trans(k1), s_ij, TOK_PREC)
                 s_ij = mdot(q2, tl.trans(k2), s_ij, TOK_PREC)
-        cj = tl.load(CS + h * TT + tj, mask=vj, other=0.0)
-        scj = tl.load(SCL + h * TT + tj, mask=vj, other=0.0)
-        w = pair_weights(ti, tj, ci, cj, scj, gi)
+        w = pair_weights(CS + h * TT, SCL + h * TT, GAM + h * TT, tok0, tok1 - tok0, kt0, tok1 - kt0, R, BM, False)
         vt = vtilde(Vh, sv_t, PSIh, P, kt0, tok1 - kt0, P, R, BM, BP)
         acc = mdot(s_ij * w, vt, acc, TOK_PREC)
 

@@ -164,14 +164,16 @@ def state_pass_fwd(L: Launch, buf, s0, decay):
     return sfin
 
 
-def state_pass_bwd(L: Launch, buf, sin, sfin, dsfin, decay):
+def state_pass_bwd(L: Launch, buf, sin, dsfin, decay):
+    """In place: each state chunk's dL becomes dS_end. Returns the input state's gradient and, per state chunk, the
+    gradient of its total log-decay through the incoming state (``mimo_state_bwd_kernel``)."""
     T = L.tables
     PN = L.P * 2 * L.N2
     nblk = triton.cdiv(PN, STATE_BLK)
     ds0 = torch.empty(T.ns, L.H, L.P, 2 * L.N2, device=buf.device, dtype=torch.float32)
     dcend = torch.empty(nblk, L.H, T.nbc, device=buf.device, dtype=torch.float32)
     mimo_state_bwd_kernel[(nblk, T.ns, L.H)](
-        buf, sin, sfin, dsfin if dsfin is not None else sfin, ds0, dcend, decay, T.seq_bc, L.H, PN,
+        buf, sin, dsfin if dsfin is not None else sin, ds0, dcend, decay, T.seq_bc, L.H, PN,
         T.nbc, HAS_DSFIN=dsfin is not None, BLK=STATE_BLK, num_warps=4, num_stages=1)
     return ds0, dcend.sum(0)
 
@@ -218,21 +220,27 @@ def forward(L: Launch, t):
     return buf, sfin
 
 
-def backward(L: Launch, t, sin, sfin, dout, dsfin):
+def backward(L: Launch, t, sin, dout, dsfin):
     """All kernel-side gradients. Returns a dict."""
     cfg, T = L.cfg, L.tables
     dev = t["v"].device
     f32 = torch.float32
     dy, dz, dphip, dzetap, dnwp = out_pass(L, t, sin, bwd=True, dout=dout)
     dsl = chunk_states(L, 1, dy, t["q"], t["qb"], t["rot"], t["cs"], t["scl"], t["psi"])
-    ds0, dcend = state_pass_bwd(L, dsl, sin, sfin, dsfin, t["decay"])
+    ds0, dcend = state_pass_bwd(L, dsl, sin, dsfin, t["decay"])
     dsend = dsl
     nkb = triton.cdiv(L.N2, cfg.bk_bwd)
     TB = L.tables_bwd
     dq = torch.empty_like(t["q"])
     dk = torch.empty_like(t["k"])
     dth = torch.empty(L.TT, L.H, max(L.A, 1), device=dev, dtype=f32)
-    dcp = torch.empty(2 * nkb, L.H, L.TT, device=dev, dtype=f32)
+    # The log-decay gradient's per-token parts, summed at the end (every entry has one writer; unwritten ones are 0):
+    # dcp, the inter-chunk term's per N block (dq launch); dcv, the dv kernel's: in-chunk pairs (one row-sum slot per
+    # key tile at or before the query's tile in its chunk), the key tokens' part, the chunks' total decays (per tile
+    # of the chunk, at its last token).
+    nsl = triton.cdiv((cfg.bm // L.R) * cfg.state_tiles, cfg.bm_bwd // L.R)  # tiles per state chunk (backward)
+    dc_parts = torch.zeros(nkb + 2 * nsl + 1, L.H, L.TT, device=dev, dtype=f32)
+    dcp, dcv = dc_parts[:nkb], dc_parts[nkb:]
     dqbp = torch.empty(TB.nsc, L.H, L.R, 2 * L.N2, device=dev, dtype=f32)
     dkbp = torch.empty_like(dqbp)
     q, k, v, rot, cs, gam, scl = t["q"], t["k"], t["v"], t["rot"], t["cs"], t["gam"], t["scl"]
@@ -249,12 +257,12 @@ def backward(L: Launch, t, sin, sfin, dout, dsfin):
     dgam = torch.empty(L.H, L.TT, device=dev, dtype=f32)
     mimo_bwd_dv_kernel[(TB.nsc, L.H)](
         q, k, v, rot, cs, gam, scl, t["qb"], t["kb"], t["psi"], t["D"] if t["D"] is not None else cs, dy, dsend,
-        dv, dpsip, ddp, dscl, dgam,
-        TB.sc_start, TB.sc_end, TB.sc_bc, TB.bc_start, TB.bc_end, L.TT, L.H, L.HG, L.G, L.N2, L.A, L.P,
+        dv, dpsip, ddp, dscl, dgam, dcv,
+        TB.sc_start, TB.sc_end, TB.sc_bc, TB.bc_start, TB.bc_end, L.TT, L.H, L.HG, L.G, L.N2, L.A, L.P, nsl,
         R=L.R, BM=cfg.bm_bwd, BK=cfg.bk_bwd, BP=L.BP, HAS_D=t["D"] is not None, ONE_K=L.N2 <= cfg.bk_bwd,
         DOT_PREC=L.bwd_prec,
         num_warps=cfg.warps_bwd, num_stages=cfg.stages)
-    dcs = dcp.sum(0)
+    dcs = dc_parts.sum(0)
     dcs.index_add_(1, (T.bc_end - 1).long(), dcend)
     return dict(q=dq, k=dk, v=dv, theta=dth[..., :L.A], cs=dcs, gam=dgam, scl=dscl, qb=dqbp.sum(0), kb=dkbp.sum(0),
                 psi=dpsip.sum(0), D=ddp.sum(0) if t["D"] is not None else None,
@@ -291,7 +299,7 @@ def aot_kernel_launches(cfg: MimoConfig, headdim: int, dtype, arch: int, dstate:
             dict(R=R, BM=cfg.bm, BP=bps, BK=cfg.bk, MODE=mode, DOT_PREC=fwd_prec if mode == 0 else prec,
                  num_warps=cfg.state_warps, num_stages=cfg.stages)))
     out.append(KernelLaunch(f"mimo_state_bwd_kernel-{tag}", mimo_state_bwd_kernel,
-                            (f, f, f, f, f, f, f, i32(16), H, P * N, NBC),
+                            (f, f, f, f, f, f, i32(16), H, P * N, NBC),
                             dict(HAS_DSFIN=True, BLK=STATE_BLK, num_warps=4, num_stages=1)))
     for bwd in (False, True):
         out.append(KernelLaunch(
@@ -309,8 +317,8 @@ def aot_kernel_launches(cfg: MimoConfig, headdim: int, dtype, arch: int, dstate:
             dict(R=R, BM=cfg.bm_bwd, BK=cfg.bk_bwd, BP=BP, IS_K=is_k, DOT_PREC=bwd_prec, **bwd_w)))
     out.append(KernelLaunch(
         f"mimo_bwd_dv_kernel-{tag}", mimo_bwd_dv_kernel,
-        (q, q, v, f, f, f, f, f, f, f, f, f, f, v, f, f, f, f,
-         i32(16), i32(16), i32(16), i32(16), i32(16), TT, H, H // G, G, N2, A, P),
+        (q, q, v, f, f, f, f, f, f, f, f, f, f, v, f, f, f, f, f,
+         i32(16), i32(16), i32(16), i32(16), i32(16), TT, H, H // G, G, N2, A, P, 2),
         dict(R=R, BM=cfg.bm_bwd, BK=cfg.bk_bwd, BP=BP, HAS_D=True, ONE_K=N2 <= cfg.bk_bwd, DOT_PREC=bwd_prec,
              **bwd_w)))
     from .angles import aot_angle_launches

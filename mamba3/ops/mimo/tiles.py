@@ -181,8 +181,50 @@ def load_state_pair(S, k0, N2, P, BP: tl.constexpr, BK: tl.constexpr):
 
 
 @triton.jit
-def pair_weights(ti, tj, ci, cj, scale_j, gamma_i):
-    """W[i, j] = e^{c_i − c_j}·scale_j if t_i > t_j, γ_i if t_i == t_j, else 0 (absolute token indices)."""
-    strict = ti[:, None] > tj[None, :]
-    e = fast_exp(tl.where(strict, ci[:, None] - cj[None, :], 0.0))
-    return tl.where(strict, e * scale_j[None, :], tl.where(ti[:, None] == tj[None, :], gamma_i[:, None], 0.0))
+def token_decays(C, a0, na, b0, nb, CT: tl.constexpr):
+    """[CT, CT] e^{c_later − c_earlier} between tokens a0 + a (rows) and b0 + b (columns), 1 for the same token (C
+    at the head's (TT,) in-chunk cumsum). c never increases within a state chunk (adt ≤ 0, the operator's
+    contract), so the exponent is −|c_a − c_b| whichever token is later, and it stays ≤ 0 for the absent tokens of
+    a ragged tile too (they read c = 0): a valid token's decay against an absent one must not be e^{+|c|}, which
+    is inf once the valid cumsum passes −88 and NaN against the absent row's zero score, carried into valid
+    gradients by the contractions over query columns and the sums over rows
+    (``test_strong_decay_with_ragged_tiles``)."""
+    tt = tl.arange(0, CT)
+    ca = tl.load(C + a0 + tt, mask=tt < na, other=0.0)
+    cb = tl.load(C + b0 + tt, mask=tt < nb, other=0.0)
+    return fast_exp(-tl.abs(ca[:, None] - cb[None, :]))
+
+
+@triton.jit
+def bcast_pairs(w, R: tl.constexpr, BM: tl.constexpr):
+    """[CT, CT] per-token-pair values → [BM, BM] (row i takes token i // R, column j token j // R)."""
+    CT: tl.constexpr = BM // R
+    return tl.reshape(tl.broadcast_to(tl.expand_dims(tl.expand_dims(w, 1), 3), (CT, R, CT, R)), (BM, BM))
+
+
+@triton.jit
+def later_mask(a0, b0, CT: tl.constexpr, KEYS_ON_ROWS: tl.constexpr):
+    """[CT, CT] (strict, same): the query token later than the key token / the same token, for row tokens a0 + a
+    and column tokens b0 + b; the keys are the columns unless KEYS_ON_ROWS."""
+    ta = (a0 + tl.arange(0, CT))[:, None]
+    tb = (b0 + tl.arange(0, CT))[None, :]
+    return (tb > ta if KEYS_ON_ROWS else ta > tb), ta == tb
+
+
+@triton.jit
+def pair_weights(C, SCL, GAM, a0, na, b0, nb, R: tl.constexpr, BM: tl.constexpr, KEYS_ON_ROWS: tl.constexpr):
+    """[BM, BM] decay weights W between the (token, rank) rows of tokens [a0, a0 + na) and the columns of tokens
+    [b0, b0 + nb): e^{c_q − c_k}·scale_k where the query token q is later than the key token k, γ for the same
+    token, 0 otherwise; keys on the columns (queries on the rows) unless KEYS_ON_ROWS. Computed per token pair,
+    [CT, CT], and broadcast over the ranks: R² fewer exponentials and selects than per (row, column) (AOT sm_90,
+    bf16, P = 64: the output kernel 3344 → 3160 instructions and 255 → 189 registers)."""
+    CT: tl.constexpr = BM // R
+    tt = tl.arange(0, CT)
+    strict, same = later_mask(a0, b0, CT, KEYS_ON_ROWS)
+    if KEYS_ON_ROWS:
+        sc = tl.load(SCL + a0 + tt, mask=tt < na, other=0.0)[:, None]
+    else:
+        sc = tl.load(SCL + b0 + tt, mask=tt < nb, other=0.0)[None, :]
+    g = tl.load(GAM + a0 + tt, mask=tt < na, other=0.0)[:, None]
+    w = tl.where(strict, token_decays(C, a0, na, b0, nb, CT) * sc, tl.where(same, g, 0.0))
+    return bcast_pairs(w, R, BM)
