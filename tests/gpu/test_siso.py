@@ -55,6 +55,16 @@ def test_features(feature, dtype):
     _check(_case(dtype=DT[dtype], **kw))
 
 
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+def test_strong_decay(dtype):
+    """adt = −20 per token with ragged varlen chunks: d adt at each chunk's last token is an exclusive prefix of
+    decayed terms that the token's own term (e^0) used to cancel away (fp32 d_adt 0.05-0.2 relative; see
+    tests/interp/test_siso_kernels.py::test_siso_strong_decay)."""
+    args = _case(DT[dtype], B=1, T=500, cu=[0, 1, 64, 65, 200, 500], states=True)
+    args["adt"] = torch.full_like(args["adt"], -20.0)
+    _check(args)
+
+
 @pytest.mark.parametrize("N", [16, 32, 64, 128, 256])
 @pytest.mark.parametrize("P", [16, 32, 64, 128])
 def test_head_dims_fp32(N, P):

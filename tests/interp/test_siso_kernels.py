@@ -33,6 +33,16 @@ def test_siso_fwd_bwd(name):
     run_and_compare(make_case(**kw), chunk)
 
 
+@pytest.mark.parametrize("kw", [dict(T=40), dict(B=1, T=40, cu=[0, 5, 21, 40])], ids=["ragged", "varlen"])
+def test_siso_strong_decay(kw):
+    """adt = −20 per token (both float64 references agree to 3e-9 in d_adt here). d adt at a chunk's last token
+    is the decayed earlier tokens' chunk-state terms, an exclusive prefix; formed as the inclusive cumsum minus the
+    token's own term (e^0, which dwarfs them) it came out 0 there: d_adt 0.2 relative."""
+    args = make_case(states=True, **kw)
+    args["adt"] = torch.full_like(args["adt"], -20.0)
+    run_and_compare(args, 16)
+
+
 def test_siso_multiblock_tiles():
     """bn = bp = 16 at N = P = 32: the loops over N and P blocks, angles spanning two N blocks (A = 12)."""
     import mamba3.ops.siso.function as F
