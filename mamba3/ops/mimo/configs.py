@@ -68,7 +68,9 @@ class MimoConfig:
         N = 16 / 32 / 64 at T=19, 4 seeds each: at most 5.6e-3 (d_trap; tf32: 6.9e-3, d_D). Kept tf32: Σ dy q̃ᵀ (16-bit
         operands there took the input-state gradients from ≤ 3.4e-3 to 9.1e-3), the epilogue's recompute of y
         (with the forward's 16-bit scores d_q_bias went from ≤ 2.5e-3 to 8.9e-3 at N=16), and dy itself (fp32:
-        a bf16 dy took d_D from ≤ 2.6e-3 to 5.6e-3). Off until timed and tested on a GPU.
+        a bf16 dy took d_D from ≤ 2.6e-3 to 5.6e-3). Off: on the H200 the 64-row, 4-warp configurations (P = 32, 64)
+        return a wrong dq with it (d_q 0.8-1.3 relative; suspected Triton 3.6 miscompile, the interpreter runs them
+        right); P = 16 and 128 pass. Not timed.
     """
 
     bm: int = 64

@@ -237,10 +237,11 @@ def backward(L: Launch, t, sin, dout, dsfin):
     # The log-decay gradient's per-token parts, summed at the end (every entry has one writer; unwritten ones are 0):
     # dcp, the inter-chunk term's per N block (dq launch); dcv, the dv kernel's: in-chunk pairs (one row-sum slot per
     # key tile at or before the query's tile in its chunk), the key tokens' part, the chunks' total decays (per tile
-    # of the chunk, at its last token).
+    # of the chunk, at its last token). Two allocations, not slices of one: a slice's base pointer would lose its
+    # 16-byte alignment for some TT, and a new T would recompile the dv kernel (tests/gpu: H200).
     nsl = triton.cdiv((cfg.bm // L.R) * cfg.state_tiles, cfg.bm_bwd // L.R)  # tiles per state chunk (backward)
-    dc_parts = torch.zeros(nkb + 2 * nsl + 1, L.H, L.TT, device=dev, dtype=f32)
-    dcp, dcv = dc_parts[:nkb], dc_parts[nkb:]
+    dcp = torch.empty(nkb, L.H, L.TT, device=dev, dtype=f32)
+    dcv = torch.zeros(2 * nsl + 1, L.H, L.TT, device=dev, dtype=f32)
     dqbp = torch.empty(TB.nsc, L.H, L.R, 2 * L.N2, device=dev, dtype=f32)
     dkbp = torch.empty_like(dqbp)
     q, k, v, rot, cs, gam, scl = t["q"], t["k"], t["v"], t["rot"], t["cs"], t["gam"], t["scl"]
@@ -262,7 +263,7 @@ def backward(L: Launch, t, sin, dout, dsfin):
         R=L.R, BM=cfg.bm_bwd, BK=cfg.bk_bwd, BP=L.BP, HAS_D=t["D"] is not None, ONE_K=L.N2 <= cfg.bk_bwd,
         DOT_PREC=L.bwd_prec,
         num_warps=cfg.warps_bwd, num_stages=cfg.stages)
-    dcs = dc_parts.sum(0)
+    dcs = dcp.sum(0) + dcv.sum(0)
     dcs.index_add_(1, (T.bc_end - 1).long(), dcend)
     return dict(q=dq, k=dk, v=dv, theta=dth[..., :L.A], cs=dcs, gam=dgam, scl=dscl, qb=dqbp.sum(0), kb=dkbp.sum(0),
                 psi=dpsip.sum(0), D=ddp.sum(0) if t["D"] is not None else None,
