@@ -33,7 +33,7 @@ import triton.language as tl
 
 from ..common.tiles import fast_exp
 from .tiles import (bcast_pairs, dot_operand, later_mask, load_rank_p, load_rows_p, load_state_pair, mdot, mdot_split,
-                    pair_weights, rot_pair, rows_of, token_decays, token_strides, token_tile, vtilde)
+                    pair_weights, rot_pair, rows_of, token_decays, token_strides, token_tile, token_weights, vtilde)
 
 
 @triton.jit(do_not_specialize=["NBC"])
@@ -272,11 +272,13 @@ def mimo_bwd_dv_kernel(Q, K, V, ROT, CS, GAM, SCL, QB, KB, PSI, DD, DY, DSEND,
                 at = mdot(k2b, tl.trans(q2), at, DOT_PREC)
         dy_q = dot_operand(load_rows_p(DYh, sy_t, sv_t, tq, rq, vq, P, BP), DOT_PREC)  # [BM, BP]
         dpt = mdot(vt16, tl.trans(dy_q), None, DOT_PREC)  # [BM, BM]
-        wt = pair_weights(CS + h * TT, SCL + h * TT, GAM + h * TT, tok0, tok1 - tok0, qt0, te - qt0, R, BM, True)
+        # the token decays once for both the weights and the strict pairs' log-decay partials below
+        e = token_decays(CS + h * TT, tok0, tok1 - tok0, qt0, te - qt0, CT)
+        strict, same = later_mask(tok0, qt0, CT, True)
+        wt = bcast_pairs(token_weights(e, strict, same, SCL + h * TT, GAM + h * TT, tok0, tok1 - tok0, qt0, te - qt0,
+                                       CT, True), R, BM)
         dvt = mdot(at * wt, dy_q, dvt, DOT_PREC)
-        strict, _same = later_mask(tok0, qt0, CT, True)
-        e_later = bcast_pairs(tl.where(strict, token_decays(CS + h * TT, tok0, tok1 - tok0, qt0, te - qt0, CT), 0.0),
-                              R, BM)
+        e_later = bcast_pairs(tl.where(strict, e, 0.0), R, BM)
         x = dpt * at
         xe = x * e_later
         dcol += tl.sum(xe, axis=1)

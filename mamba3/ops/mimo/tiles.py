@@ -19,7 +19,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from ..common.tiles import fast_exp
+from ..common.tiles import fast_exp, split16
 
 
 @triton.jit
@@ -53,9 +53,8 @@ def mdot_split(a, b, acc, PREC: tl.constexpr):
     (two MMAs; ~16 mantissa bits), because the angle gradient x̃1·dx̃2 − x̃2·dx̃1 cancels and one bf16 rounding of
     b puts it at the 1e-2 bar (as SISO's ``exact_dot``); otherwise one dot at PREC."""
     if PREC == "bf16" or PREC == "fp16":
-        hi = dot_operand(b, PREC)
-        lo = dot_operand(b - hi.to(tl.float32), PREC)
         a16 = dot_operand(a, PREC)
+        hi, lo = split16(b, a16.dtype)
         return tl.dot(a16, lo, tl.dot(a16, hi, acc))
     else:
         return tl.dot(a, b, acc, input_precision=PREC)
@@ -212,6 +211,19 @@ def later_mask(a0, b0, CT: tl.constexpr, KEYS_ON_ROWS: tl.constexpr):
 
 
 @triton.jit
+def token_weights(e, strict, same, SCL, GAM, a0, na, b0, nb, CT: tl.constexpr, KEYS_ON_ROWS: tl.constexpr):
+    """[CT, CT] decay weights from the token decays e and the masks of :func:`later_mask`: e·scale_k where the query
+    token is later than the key token k, γ for the same token, 0 otherwise (see :func:`pair_weights`)."""
+    tt = tl.arange(0, CT)
+    if KEYS_ON_ROWS:
+        sc = tl.load(SCL + a0 + tt, mask=tt < na, other=0.0)[:, None]
+    else:
+        sc = tl.load(SCL + b0 + tt, mask=tt < nb, other=0.0)[None, :]
+    g = tl.load(GAM + a0 + tt, mask=tt < na, other=0.0)[:, None]
+    return tl.where(strict, e * sc, tl.where(same, g, 0.0))
+
+
+@triton.jit
 def pair_weights(C, SCL, GAM, a0, na, b0, nb, R: tl.constexpr, BM: tl.constexpr, KEYS_ON_ROWS: tl.constexpr):
     """[BM, BM] decay weights W between the (token, rank) rows of tokens [a0, a0 + na) and the columns of tokens
     [b0, b0 + nb): e^{c_q − c_k}·scale_k where the query token q is later than the key token k, γ for the same
@@ -219,12 +231,6 @@ def pair_weights(C, SCL, GAM, a0, na, b0, nb, R: tl.constexpr, BM: tl.constexpr,
     [CT, CT], and broadcast over the ranks: R² fewer exponentials and selects than per (row, column) (AOT sm_90,
     bf16, P = 64: the output kernel 3344 → 3160 instructions and 255 → 189 registers)."""
     CT: tl.constexpr = BM // R
-    tt = tl.arange(0, CT)
     strict, same = later_mask(a0, b0, CT, KEYS_ON_ROWS)
-    if KEYS_ON_ROWS:
-        sc = tl.load(SCL + a0 + tt, mask=tt < na, other=0.0)[:, None]
-    else:
-        sc = tl.load(SCL + b0 + tt, mask=tt < nb, other=0.0)[None, :]
-    g = tl.load(GAM + a0 + tt, mask=tt < na, other=0.0)[:, None]
-    w = tl.where(strict, token_decays(C, a0, na, b0, nb, CT) * sc, tl.where(same, g, 0.0))
+    w = token_weights(token_decays(C, a0, na, b0, nb, CT), strict, same, SCL, GAM, a0, na, b0, nb, CT, KEYS_ON_ROWS)
     return bcast_pairs(w, R, BM)
