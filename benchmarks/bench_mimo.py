@@ -39,6 +39,9 @@ def main():
                          "backward tile, tf32 forward dots) at B=8, T=4096")
     ap.add_argument("--only", default="", help="with --sweep: comma-separated substrings of the variants to time "
                                                "(matched against 'config/dtype', e.g. 'st1,bm32-st4/float32')")
+    ap.add_argument("--shapes", default="all", choices=("all", "issue", "none"),
+                    help="'all' (default), or 'issue' for the B=8 T=4096 bf16 P=64 row alone, or 'none' (with --sweep: "
+                         "only the variants, for a short device call)")
     ns = ap.parse_args()
 
     from benchmarks.common import bench_ms, kernel_breakdown, write_results
@@ -53,8 +56,10 @@ def main():
     kernels = {}  # per-kernel CUDA time of one forward+backward, per shape
     cold = None
     bf16, fp32 = torch.bfloat16, torch.float32
-    for bsz, seqlen, headdim, dtype in ((8, 4096, 64, bf16), (1, 32768, 64, bf16), (8, 4096, 16, bf16),
-                                        (8, 4096, 32, bf16), (8, 4096, 128, bf16), (8, 4096, 64, fp32)):
+    shapes = ((8, 4096, 64, bf16), (1, 32768, 64, bf16), (8, 4096, 16, bf16), (8, 4096, 32, bf16),
+              (8, 4096, 128, bf16), (8, 4096, 64, fp32))
+    shapes = {"all": shapes, "issue": shapes[:1], "none": ()}[ns.shapes]
+    for bsz, seqlen, headdim, dtype in shapes:
         issue_shape = headdim == 64 and dtype == bf16
         args = make_args(bsz, seqlen, headdim=headdim, dtype=dtype)
         leaves = [x for _, x in tensor_leaves(args)]
