@@ -129,10 +129,11 @@ def mimo_bwd_dqk_kernel(Q, K, V, ROT, CS, GAM, SCL, QB, KB, PSI, DY, SIN, DSEND,
         if not IS_K:
             # dq̃_i = e^{c_i} S_bᵀ dy_i + Σ_{j ≤ i} (W ∘ dP)_ij k̃_j
             if DOT_PREC == "bf16" or DOT_PREC == "fp16":
-                # as a [CT, R, BP] load reshaped to rows (the path ṽ takes to the dk kernel's register operand),
-                # not a [BM, BP] load: Triton 3.6 stages that fp32 tile through shared memory into the 16-bit
-                # dot-operand layout and rounds it there, and dq came out wrong on the H200 at 64 × 32 and 64 × 64
-                # (P = 32, 64; the 64 × 16 and 32 × 128 tiles were right). Untested on a GPU so far.
+                # as a [CT, R, BP] load reshaped to rows (the path ṽ takes to the dk kernel's register operand,
+                # right on the H200), not a [BM, BP] load, which Triton 3.6 stages in fp32 through shared memory
+                # into the 16-bit dot-operand layout and rounds there: with that, dq came out wrong on the H200 at
+                # 64 × 32 and 64 × 64 tiles (P = 32, 64), right at 64 × 16 and 32 × 128 (the same staging). A
+                # candidate workaround, not yet run on a GPU (``test_every_config_with_16bit_backward_dots``).
                 dy_i = dot_operand(load_rows_3d(DYh, sy_t, sv_t, tok0, tok1 - tok0, P, R, BM, BP), DOT_PREC)
             else:
                 dy_i = load_rows_p(DYh, sy_t, sv_t, ti, r, valid, P, BP)  # [BM, BP]
