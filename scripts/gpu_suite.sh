@@ -53,12 +53,14 @@ if has bench; then
     cat "$OUT/$bench.md" 2>/dev/null || tail -n 5 "$OUT/bench_$bench.log"
   done
 fi
-if has sweeps; then  # defaults: the candidates not timed yet (MIMO fp32 32-row tiles; SISO bwd_dqk with one
-  # program per q/k group against the launcher's 2 splits)
-  SWEEP_MIMO=${SWEEP_MIMO-bm32-st4}  # (bwd16: timed in the sixteenth session, wrong dq until a workaround)
+if has sweeps; then  # defaults: the candidates not timed yet (MIMO fp32 32-row tiles, 16-bit backward dots;
+  # SISO bwd_dqk with one program per q/k group against the launcher's 2 splits)
+  # MIMO 16-bit backward dots: with the sixteenth session's dq candidate, and at 32-row backward tiles; the
+  # 8-warp bwd16 variants stopped the process with an illegal memory access (sixteenth session), so not these
+  SWEEP_MIMO=${SWEEP_MIMO-"-bwd16/,bwd32-bwd16,bm32-st4"}
   SWEEP_SISO=${SWEEP_SISO-bf16-joined-c64-w4/8-hs1,bf16-joined-c64-w4/8-hs2,bf16-joined-c64-w4/8}
   if [ -n "$SWEEP_MIMO" ]; then
-    timeout 400 python3 benchmarks/bench_mimo.py --shapes none --sweep --only "$SWEEP_MIMO" --out "$OUT/mimo_sweep.json" \
+    timeout 400 python3 benchmarks/bench_mimo.py --shapes none --sweep --only="$SWEEP_MIMO" --out "$OUT/mimo_sweep.json" \
       > "$OUT/sweep_mimo.log" 2>&1 || status=1
     grep "'config'" "$OUT/sweep_mimo.log" || tail -n 5 "$OUT/sweep_mimo.log"
   fi
