@@ -3,8 +3,10 @@ implementations and autograd, so ``torch.compile(model, fullgraph=True)`` traces
 
 The public functions are ``@torch.compiler.disable`` (a graph break, an error under fullgraph=True); the layer
 calls :func:`siso` / :func:`mimo` below instead when it is being compiled. Forward runs the public function;
-backward is a second custom op that recomputes the forward under autograd and differentiates it (correct for
-every backend; it costs one extra forward, which a direct registration of the Triton backward would save).
+backward is a second custom op that replays the forward under autograd and differentiates it (correct for every
+backend). In that replay the Triton ops skip their kernels' forward work, which their own backward recomputes
+anyway (:mod:`.common.replay`), so a compiled step runs the Triton forward once; the reference backend replays its
+whole forward.
 The decode step has its own op, ``mamba3::step`` (mamba3.ops.step.api).
 """
 from __future__ import annotations
@@ -14,6 +16,7 @@ from typing import List, Optional
 import torch
 
 from ..reference.common import compute_dtype
+from .common.replay import gradients_only
 from .mimo.api import mamba3_mimo
 from .siso.api import mamba3_siso
 
@@ -74,7 +77,8 @@ def _regrad(call, tensors, grads):
         full = list(tensors)
         for i, leaf in zip(idx, leaves):
             full[i] = leaf
-        outs = call(full)
+        with gradients_only():
+            outs = call(full)
         pairs = [(o, g) for o, g in zip(outs, grads) if g is not None and o.requires_grad]
         got = torch.autograd.grad([o for o, _ in pairs], leaves, [g for _, g in pairs], allow_unused=True)
     return [torch.zeros_like(x) if g is None else g for x, g in zip(leaves, got)]

@@ -9,6 +9,8 @@
                         adjacent-pair loads/stores (contiguous load, split into even/odd halves in registers).
 - :mod:`.launch`        ``launch(kernel, grid, ...)`` and ``recording()``: every host launch goes through it so the
                         AOT lane can record the exact launches of a forward+backward on CPU tensors.
+- :mod:`.replay`        ``gradients_only()``: the custom ops' backward replays a forward under autograd, and the
+                        Triton ops' Functions then skip the kernel work their own backward recomputes.
 
 Layout conventions shared by every kernel here: token-major inputs made contiguous by the host; batch strides are
 derived inside the kernels as T × (per-model stride) with T marked ``do_not_specialize``, so a new B or T never

@@ -159,7 +159,7 @@ def state_pass_fwd(L: Launch, buf, s0, decay):
     """In place: each state chunk's ΔS becomes the state entering it (``common.state_passing``, which SISO's
     chunks use too; ``decay`` from :func:`chunk_decays`). Returns the final states."""
     T = L.tables
-    sfin = torch.empty(T.ns, L.H, L.P, 2 * L.N2, device=buf.device, dtype=torch.float32)
+    sfin = _final_states(L, buf.device)
     state_passing(buf, decay, T.seq_table, T.max_bc, init=s0, final=sfin, block=STATE_BLK)
     return sfin
 
@@ -178,6 +178,21 @@ def state_pass_bwd(L: Launch, buf, sin, dsfin, decay):
     return ds0, dcend.sum(0)
 
 
+def _out_shape(L: Launch, t):
+    """(TT, H, P) with the rank contraction (φ), else the per-rank output (TT, R, H, P)."""
+    return (L.TT, L.H, L.P) if t["phi"] is not None else (L.TT, L.R, L.H, L.P)
+
+
+def _final_states(L: Launch, device):
+    return torch.empty(L.tables.ns, L.H, L.P, 2 * L.N2, device=device, dtype=torch.float32)
+
+
+def empty_outputs(L: Launch, t):
+    """Uninitialised (out, final ssm state) as :func:`out_pass` and :func:`forward` return them (the
+    gradients-only replay, ``common.replay``)."""
+    return torch.empty(_out_shape(L, t), device=t["v"].device, dtype=t["v"].dtype), _final_states(L, t["v"].device)
+
+
 def out_pass(L: Launch, t, sin, bwd=False, dout=None):
     """Forward outputs (bwd=False) or the epilogue backward (bwd=True, returns dy, dz, dφ, dζ, dw partials)."""
     cfg, T = L.cfg, L.tables
@@ -188,8 +203,7 @@ def out_pass(L: Launch, t, sin, bwd=False, dout=None):
     dummy = cs
     out = dy = dz = dphip = dzetap = dnwp = None
     if not bwd:
-        shape = (L.TT, L.H, L.P) if has_out else (L.TT, L.R, L.H, L.P)
-        out = torch.empty(shape, device=dev, dtype=v.dtype)
+        out = torch.empty(_out_shape(L, t), device=dev, dtype=v.dtype)
     else:
         dy = torch.empty(L.TT, L.R, L.H, L.P, device=dev, dtype=f32)
         if t["z"] is not None:

@@ -19,8 +19,9 @@ import triton.language as tl
 from mamba3.dispatch import DeviceSpec
 
 from ..common.chunking import make_chunks
-from ..common.launch import launch
 from ..common.cumsum import angle_backward, angle_offsets, chunk_sums, rotation_planes
+from ..common.launch import launch
+from ..common.replay import replaying_for_gradients
 from ..common.state_passing import state_passing
 from .bwd import bwd_dqk_kernel, bwd_dv_kernel, decay_grad_kernel
 from .configs import choose_config, problem_for
@@ -102,13 +103,20 @@ def _s_init(ctx, dt, trap, input_states):
     return s0.contiguous(), w0
 
 
+def _chunk_sums(ctx, adt, dt, trap, angles, input_states):
+    """Forward step 1: per-chunk decay sums, the per-token coefficient table (cs, γ, scale), the float64 θ offset
+    of every chunk and the final angle state."""
+    gsum, asum, coef = chunk_sums(adt, dt, trap, angles, ctx.chunks, ctx.H, ctx.A)
+    off, final_angle = angle_offsets(asum, ctx.chunks, None if input_states is None else input_states[0])
+    return gsum, coef, off, final_angle
+
+
 def _states(ctx, q, k, v, adt, dt, trap, q_bias, k_bias, angles, input_states):
     """Forward steps 1–3: θ offsets, the per-token coefficient table (cs, γ, scale) and the fp32 state entering
     every chunk (nchunks, H, P, N)."""
     ch, cfg = ctx.chunks, ctx.cfg
     H, N, P, A = ctx.H, ctx.N, ctx.P, ctx.A
-    gsum, asum, coef = chunk_sums(adt, dt, trap, angles, ch, H, A)
-    off, final_angle = angle_offsets(asum, ch, None if input_states is None else input_states[0])
+    gsum, coef, off, final_angle = _chunk_sums(ctx, adt, dt, trap, angles, input_states)
     rot, plane = rotation_planes(angles, dt, off, ch, H, A)
     st = torch.empty(ch.nchunks, H, P, N, device=v.device, dtype=torch.float32)
     launch(chunk_state_kernel, (ch.nchunks * H * (N // cfg.bn) * (P // cfg.bp),), 
@@ -132,9 +140,17 @@ class SisoTritonFn(torch.autograd.Function):
         input_states = (_c(ang_in), _c(ssm_in), _c(k_in), _c(v_in)) if has_states else None
         c = _Ctx(q, v, angles, adt, chunk_size, cu_seqlens, precision)
         ch, cfg = c.chunks, c.cfg
+        ctx.save_for_backward(q, k, v, adt, dt, trap, q_bias, k_bias, angles, D, z,
+                              *(input_states if has_states else (None,) * 4))
+        ctx.meta = (c, has_states)  # sizes, config and chunk tables (no second host sync for varlen)
+        ctx.set_materialize_grads(False)
+        out = torch.empty_like(v)
+        if replaying_for_gradients():  # only the final angle is read outside (it rotates the final k state)
+            final_angle = _chunk_sums(c, adt, dt, trap, angles, input_states)[3]
+            final_ssm = torch.empty(ch.nseq, c.H, c.P, c.N, device=v.device, dtype=torch.float32)
+            return out, final_angle.to(torch.float32), final_ssm
         (rot, plane), gsum, coef, st, final_angle, final_ssm, _ = _states(
             c, q, k, v, adt, dt, trap, q_bias, k_bias, angles, input_states)
-        out = torch.empty_like(v)
         launch(output_kernel, (ch.nchunks * c.H * (c.P // cfg.bp),), 
             q, k, v, z if z is not None else v, out, q_bias if q_bias is not None else q,
             k_bias if k_bias is not None else k, D if D is not None else v, coef, coef.stride(0), rot, plane, st,
@@ -142,10 +158,6 @@ class SisoTritonFn(torch.autograd.Function):
             N=c.N, P=c.P, C=cfg.chunk, BN=cfg.bn, BP=cfg.bp, HAS_Z=z is not None, HAS_D=D is not None,
             HAS_BIAS=q_bias is not None, HALVES=cfg.halves, DOT_DT=c.dot_dt, PREC=c.prec, num_warps=cfg.warps_chunk,
             num_stages=cfg.stages)
-        ctx.save_for_backward(q, k, v, adt, dt, trap, q_bias, k_bias, angles, D, z,
-                              *(input_states if has_states else (None,) * 4))
-        ctx.meta = (c, has_states)  # sizes, config and chunk tables (no second host sync for varlen)
-        ctx.set_materialize_grads(False)
         return out, final_angle.to(torch.float32), final_ssm
 
     @staticmethod
