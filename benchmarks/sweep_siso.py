@@ -39,6 +39,9 @@ CANDIDATES = {
     # one program per group: no fp32 partials and no host sum (0.108 ms at 2 splits), 1024 programs at B8 T4096
     # (7.8 per SM, under the launcher's 8-per-SM rule, so only a fixed split runs it); a second specialisation
     "bf16-joined-c64-w4/8-hs1": ("bf16", SisoConfig(64, 64, 64, 4, 8, 1, head_split=1)),
+    # the chunk states and their pass across chunks in one kernel per (sequence, head, block): one fp32 state write +
+    # read less per pass, NS·H·2 programs (512 at B8 T4096, 64 at B1 T32768: time both shapes)
+    "bf16-joined-c64-w4/8-scan": ("bf16", SisoConfig(64, 64, 64, 4, 8, 1, scan_states=True)),
     "fp32-x3-c32-b32-w4/8": ("fp32", SisoConfig(32, 32, 32, 4, 8, 1, half_dots=False, halves=True,
                                                 fp32_prec="tf32x3")),
     "fp32-x3-c64-b32-w4/8": ("fp32", SisoConfig(64, 32, 32, 4, 8, 1, half_dots=False, halves=True,

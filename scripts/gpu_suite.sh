@@ -10,8 +10,8 @@
 #   bench    bench_siso, bench_mimo, bench_step, bench_task_step, each with a cold cache (≈ 3 + 3 + 1 + 1 min)
 #   info     `python -m mamba3 info`: AOT-compiles every kernel for this GPU (≈ 3 min of CPU; run alone, it
 #            slows whatever shares the CPUs with it)
-#   sweeps   (not in the default) the candidates prepared without a GPU and not timed yet: SWEEP_MIMO / SWEEP_SISO
-#            (--only filters of bench_mimo.py --sweep and sweep_siso.py; set either to "" to skip it)
+#   sweeps   (not in the default) the candidates prepared without a GPU and not timed yet: SWEEP_MIMO / SWEEP_SISO /
+#            SWEEP_SISO_B1 (--only filters of bench_mimo.py --sweep and sweep_siso.py at B8 / B1; "" skips one)
 # One device call runs for at most 10 minutes, so split the suite over calls, e.g. PARTS=ops, then PARTS=rest,
 # then PARTS=bench (measured on the H200, thirteenth session). Writes <part>_tests.log, demo.log, the benchmarks'
 # JSON + markdown and info.txt under $OUT; BUNDLE=1 packs everything into $OUT/gpu_suite.tgz (for transports that
@@ -58,7 +58,7 @@ if has sweeps; then  # defaults: the candidates not timed yet (MIMO fp32 32-row 
   # MIMO 16-bit backward dots: with the sixteenth session's dq candidate, and at 32-row backward tiles; the
   # 8-warp bwd16 variants stopped the process with an illegal memory access (sixteenth session), so not these
   SWEEP_MIMO=${SWEEP_MIMO-"-bwd16/,bwd32-bwd16,bm32-st4"}
-  SWEEP_SISO=${SWEEP_SISO-bf16-joined-c64-w4/8-hs1,bf16-joined-c64-w4/8-hs2,bf16-joined-c64-w4/8}
+  SWEEP_SISO=${SWEEP_SISO-bf16-joined-c64-w4/8-hs1,bf16-joined-c64-w4/8-hs2,bf16-joined-c64-w4/8-scan,bf16-joined-c64-w4/8}
   if [ -n "$SWEEP_MIMO" ]; then
     timeout 400 python3 benchmarks/bench_mimo.py --shapes none --sweep --only="$SWEEP_MIMO" --out "$OUT/mimo_sweep.json" \
       > "$OUT/sweep_mimo.log" 2>&1 || status=1
@@ -68,6 +68,12 @@ if has sweeps; then  # defaults: the candidates not timed yet (MIMO fp32 32-row 
     timeout 300 python3 benchmarks/sweep_siso.py --only "$SWEEP_SISO" --out "$OUT/siso_sweep.json" \
       > "$OUT/sweep_siso.log" 2>&1 || status=1
     tail -n 8 "$OUT/sweep_siso.log"
+  fi
+  SWEEP_SISO_B1=${SWEEP_SISO_B1-bf16-joined-c64-w4/8-scan,bf16-joined-c64-w4/8}  # the scan has NS·H·2 programs
+  if [ -n "$SWEEP_SISO_B1" ]; then
+    timeout 200 python3 benchmarks/sweep_siso.py --shape B1 --only "$SWEEP_SISO_B1" --out "$OUT/siso_sweep_b1.json" \
+      > "$OUT/sweep_siso_b1.log" 2>&1 || status=1
+    tail -n 4 "$OUT/sweep_siso_b1.log"
   fi
 fi
 if has info; then

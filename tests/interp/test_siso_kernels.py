@@ -103,3 +103,29 @@ def test_siso_through_public_api():
     out = mamba3.mamba3_siso(**args, backend="triton", chunk_size=16)
     rout = mamba3.mamba3_siso(**float64_copy(args), backend="reference")
     assert_rel_close("out", out, rout, 1e-5)
+
+
+SCAN_CASES = {name: CASES[name] for name in ("fp32-T70-gqa-states", "fp32-varlen-shared-states",
+                                             "bf16-N64-P64-16bit-dots", "fp32-T70-chunk32")}
+# fp32 at N = 64: 32-wide N blocks as even/odd halves (the HALVES layout), two blocks
+SCAN_CASES["fp32-N64-P32-halves-varlen"] = (dict(B=1, T=45, N=64, P=32, A=12, cu=[0, 20, 45], states=True), 16)
+
+
+@pytest.mark.parametrize("name", list(SCAN_CASES))
+def test_siso_scan_states(name, monkeypatch):
+    """``SisoConfig.scan_states``: the chunk states and their pass across chunks (forward, and the backward's
+    reverse pass) in one kernel that walks each sequence's chunks, on the dispatcher's tiles for each case."""
+    import dataclasses
+
+    import mamba3.ops.siso.function as F
+
+    choose = F.choose_config
+    monkeypatch.setattr(F, "choose_config", lambda spec, problem: dataclasses.replace(choose(spec, problem),
+                                                                                      scan_states=True))
+    launched = []
+    launch = F.launch
+    monkeypatch.setattr(F, "launch", lambda kernel, *a, **k: (launched.append(kernel.fn.__name__), launch(kernel, *a,
+                                                                                                           **k)))
+    kw, chunk = SCAN_CASES[name]
+    run_and_compare(make_case(**kw), chunk)
+    assert "chunk_state_kernel" not in launched and launched.count("chunk_state_scan_kernel") == 3, launched

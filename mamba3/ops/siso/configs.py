@@ -68,6 +68,11 @@ class SisoConfig:
     # fp32 dot operands (fp32 inputs; 16-bit inputs without half_dots): "ieee" FMA dots or "tf32x3" tensor-core
     # dots (three tf32 products, fp32-accurate); precision="tf32" overrides it
     fp32_prec: str = "ieee"
+    # True: the chunk states and their pass across chunks in one kernel (``chunk_state_scan_kernel``: a program per
+    # (sequence, head, N block, P block) walks the sequence's chunks), forward and the backward's reverse pass;
+    # False: chunk-parallel local states, then ``common.state_passing`` (one more fp32 state write + read, more
+    # programs: B = 1 keeps H·(N/bn)·(P/bp) programs in the scan). Not timed yet (sixteenth session): off.
+    scan_states: bool = False
 
     def __post_init__(self):
         if self.halves and self.half_dots:

@@ -25,7 +25,7 @@ from ..common.replay import replaying_for_gradients
 from ..common.state_passing import state_passing
 from .bwd import bwd_dqk_kernel, bwd_dv_kernel, decay_grad_kernel
 from .configs import choose_config, problem_for
-from .fwd import chunk_state_kernel, output_kernel
+from .fwd import chunk_state_kernel, chunk_state_scan_kernel, output_kernel
 
 _TL = {torch.float32: tl.float32, torch.bfloat16: tl.bfloat16, torch.float16: tl.float16}
 # The interpreter has no device: choose as for the smallest opt-in budget any supported GPU has.
@@ -118,16 +118,37 @@ def _states(ctx, q, k, v, adt, dt, trap, q_bias, k_bias, angles, input_states):
     H, N, P, A = ctx.H, ctx.N, ctx.P, ctx.A
     gsum, coef, off, final_angle = _chunk_sums(ctx, adt, dt, trap, angles, input_states)
     rot, plane = rotation_planes(angles, dt, off, ch, H, A)
-    st = torch.empty(ch.nchunks, H, P, N, device=v.device, dtype=torch.float32)
-    launch(chunk_state_kernel, (ch.nchunks * H * (N // cfg.bn) * (P // cfg.bp),), 
-        v, v, k, k_bias if k_bias is not None else k, coef, coef.stride(0), rot, plane, st, ch.chunk_table, ctx.T,
-        ctx.sv_t, ctx.sq_t, H, ctx.HPG, A,
-        N=N, P=P, C=cfg.chunk, BN=cfg.bn, BP=cfg.bp, MODE=0, HAS_Z=False, HAS_BIAS=k_bias is not None,
-        HALVES=cfg.halves, DOT_DT=ctx.dot_dt, PREC=ctx.prec, num_warps=cfg.warps_chunk, num_stages=cfg.stages)
     s0, w0 = _s_init(ctx, dt, trap, input_states)
     final_ssm = torch.empty(ch.nseq, H, P, N, device=v.device, dtype=torch.float32)
-    state_passing(st, gsum, ch.seq_table, ch.max_chunks, init=s0, final=final_ssm, block=cfg.state_block)
+    st = _chunk_states(ctx, 0, v, None, k, k_bias, coef, rot, plane, gsum, s0, final_ssm)
     return (rot, plane), gsum, coef, st, final_angle, final_ssm, w0
+
+
+def _chunk_states(ctx, mode, x, z, k, k_bias, coef, rot, plane, gsum, init, final):
+    """MODE 0: the fp32 state entering every chunk (nchunks, H, P, N), from init (NS, H, P, N, or None for 0),
+    final state into ``final``; MODE 1 (x = dO, z, k = q): the dS leaving every chunk, the pass in reverse from
+    init = dS_final, the gradient of the input state into ``final``. One scan kernel with ``SisoConfig.scan_states``,
+    else the chunk-parallel local terms and ``common.state_passing``."""
+    ch, cfg = ctx.chunks, ctx.cfg
+    H, N, P = ctx.H, ctx.N, ctx.P
+    st = torch.empty(ch.nchunks, H, P, N, device=x.device, dtype=torch.float32)
+    common = (x, z if z is not None else x, k, k_bias if k_bias is not None else k, coef, coef.stride(0), rot, plane,
+              st)
+    meta = dict(N=N, P=P, C=cfg.chunk, BN=cfg.bn, BP=cfg.bp, MODE=mode, HAS_Z=z is not None,
+                HAS_BIAS=k_bias is not None, HALVES=cfg.halves, DOT_DT=ctx.dot_dt, PREC=ctx.prec,
+                num_warps=cfg.warps_chunk, num_stages=cfg.stages)
+    blocks = (N // cfg.bn) * (P // cfg.bp)
+    if cfg.scan_states:
+        launch(chunk_state_scan_kernel, (ch.nseq * H * blocks,), *common, gsum,
+               init if init is not None else st, final, ch.chunk_table, ch.seq_table, ch.max_chunks, ctx.T,
+               ctx.sv_t, ctx.sq_t, H, ctx.HPG, ctx.A, **meta, HAS_INIT=init is not None, HAS_FINAL=True,
+               REVERSE=mode == 1)
+    else:
+        launch(chunk_state_kernel, (ch.nchunks * H * blocks,), *common, ch.chunk_table, ctx.T, ctx.sv_t, ctx.sq_t,
+               H, ctx.HPG, ctx.A, **meta)
+        state_passing(st, gsum, ch.seq_table, ch.max_chunks, init=init, final=final, reverse=mode == 1,
+                      block=cfg.state_block)
+    return st
 
 
 class SisoTritonFn(torch.autograd.Function):
@@ -173,17 +194,10 @@ class SisoTritonFn(torch.autograd.Function):
         dout = dout.contiguous()
         (rot, plane), gsum, coef, st, _, _, w0 = _states(c, q, k, v, adt, dt, trap, q_bias, k_bias, angles,
                                                          input_states)
-        # local dS per chunk, then the reverse state pass (dS arriving at the end of every chunk)
-        dst = torch.empty_like(st)
-        launch(chunk_state_kernel, (ch.nchunks * H * (N // cfg.bn) * (P // cfg.bp),), 
-            dout, z if z is not None else dout, q, q_bias if q_bias is not None else q, coef, coef.stride(0), rot,
-            plane, dst, ch.chunk_table, T, c.sv_t, c.sq_t, H, c.HPG, A,
-            N=N, P=P, C=cfg.chunk, BN=cfg.bn, BP=cfg.bp, MODE=1, HAS_Z=z is not None, HAS_BIAS=q_bias is not None,
-            HALVES=cfg.halves, DOT_DT=c.dot_dt, PREC=c.prec, num_warps=cfg.warps_chunk, num_stages=cfg.stages)
+        # local dS per chunk and the reverse state pass: the dS arriving at the end of every chunk
         ds_init = torch.empty(ch.nseq, H, P, N, device=dev, dtype=torch.float32)
         ds_final = None if dfssm is None else dfssm.float().contiguous()
-        state_passing(dst, gsum, ch.seq_table, ch.max_chunks, init=ds_final, final=ds_init, reverse=True,
-                      block=cfg.state_block)
+        dst = _chunk_states(c, 1, dout, z, q, q_bias, coef, rot, plane, gsum, ds_final, ds_init)
         # per-chunk gradients
         dv = torch.empty_like(v)
         dz = torch.empty_like(z) if z is not None else None

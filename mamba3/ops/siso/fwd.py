@@ -37,26 +37,21 @@ from ..common.tiles import (add_bias_pairs, batch_strides, chunk_row, chunk_coef
                             head_angle_rows, join_pairs, load_pairs, rotation_tile)
 
 
-@triton.jit(do_not_specialize=["T", "rot_plane", "coef_plane"])
-def chunk_state_kernel(x_ptr, z_ptr, k_ptr, kb_ptr, coef_ptr, coef_plane, rot_ptr, rot_plane, st_ptr,
-                       table_ptr, T, sx_t, sk_t, H, HPG, A,
-                       N: tl.constexpr, P: tl.constexpr, C: tl.constexpr, BN: tl.constexpr, BP: tl.constexpr,
-                       MODE: tl.constexpr, HAS_Z: tl.constexpr, HAS_BIAS: tl.constexpr,
-                       HALVES: tl.constexpr, DOT_DT: tl.constexpr, PREC: tl.constexpr):
+@triton.jit
+def local_chunk_state(x_ptr, z_ptr, k_ptr, kb_ptr, coef_ptr, coef_plane, rot_ptr, rot_plane, table_ptr, c, h, nb, p,
+                      T, sx_t, sk_t, H, HPG, A,
+                      N: tl.constexpr, P: tl.constexpr, C: tl.constexpr, BN: tl.constexpr, BP: tl.constexpr,
+                      MODE: tl.constexpr, HAS_Z: tl.constexpr, HAS_BIAS: tl.constexpr,
+                      HALVES: tl.constexpr, DOT_DT: tl.constexpr, PREC: tl.constexpr):
+    """Σ_j w_j·x_j k̃_jᵀ over the tokens j of chunk c for head h, state rows p and N block nb (fp32). MODE 0: x = v,
+    k̃ = R(θ)(k + b_k), w = e^{cs_L − cs_j}·scale_j (the local state); MODE 1: x = dO ⊙ silu(z), k̃ = q̃, w = e^{cs_j}
+    (the backward's local dS). Returns the (even, odd) column halves, [BP, BN/2] each, with HALVES, else the
+    [BP, BN] block (twice)."""
     sx_b, sk_b, s_h, s_b, _ = batch_strides(T, H, sx_t, sk_t, 0)
-    # 1-D grid, chunk-major, then head, then (N block, P block) fastest: concurrent CTAs read neighbouring parts
-    # of the same DRAM rows of v and k ((B, T, H, P) rows are H·P wide)
-    pid = tl.program_id(0).to(tl.int64)
-    j = pid % ((N // BN) * (P // BP))
-    nb = j // (P // BP)
-    pb = j % (P // BP)
-    c = pid // ((N // BN) * (P // BP)) // H
-    h = pid // ((N // BN) * (P // BP)) % H
     bidx, t0, L, t_end = chunk_row(table_ptr, c)
     g = h // HPG
     i, m, gamma, scale, cs, cs_last = chunk_coefficients(coef_ptr, coef_plane, bidx * s_b + h * s_h, t0, L, C)
     t = t0 + i
-    p = pb * BP + tl.arange(0, BP)
     xrow = bidx * sx_b + t * sx_t + h * P
     if MODE == 0:
         w = fast_exp(cs_last - cs) * scale
@@ -88,17 +83,110 @@ def chunk_state_kernel(x_ptr, z_ptr, k_ptr, kb_ptr, coef_ptr, coef_plane, rot_pt
                 xt = xt * zt * fast_sigmoid(zt)
         xw = xt * w[None, :]
         # and a re-interleaved (joined) B operand is illegal there too: one dot per half, strided stores
-        s_e = tl.dot(xw, kre, input_precision=PREC)  # [BP, BN/2]
-        s_o = tl.dot(xw, kro, input_precision=PREC)
-        sp = state_pair_ptrs(st_ptr, (c * H + h) * P * N, p, nb, N, BN)
-        tl.store(sp, s_e)
-        tl.store(sp + 1, s_o)
+        return tl.dot(xw, kre, input_precision=PREC), tl.dot(xw, kro, input_precision=PREC)  # [BP, BN/2] x2
     else:
         xw = tl.trans(x * w[:, None]).to(DOT_DT)  # [BP, C]
         kr = join_pairs(kre, kro, C, BN)  # [C, BN]
         s_loc = tl.dot(xw, kr.to(DOT_DT), input_precision=PREC)  # [BP, BN]
+        return s_loc, s_loc
+
+
+@triton.jit
+def store_state_block(st_ptr, base, a, b, p, nb, N: tl.constexpr, BN: tl.constexpr, HALVES: tl.constexpr):
+    """Store what :func:`local_chunk_state` returns into the (P, N) fp32 state at ``base``."""
+    if HALVES:
+        sp = state_pair_ptrs(st_ptr, base, p, nb, N, BN)
+        tl.store(sp, a)
+        tl.store(sp + 1, b)
+    else:
         n = nb * BN + tl.arange(0, BN)
-        tl.store(st_ptr + (c * H + h) * P * N + p[:, None] * N + n[None, :], s_loc)
+        tl.store(st_ptr + base + p[:, None] * N + n[None, :], a)
+
+
+@triton.jit
+def load_state_block(st_ptr, base, p, nb, N: tl.constexpr, BN: tl.constexpr, HALVES: tl.constexpr):
+    """The inverse of :func:`store_state_block`."""
+    if HALVES:
+        return state_halves(st_ptr, base, p, nb, N, BN)
+    else:
+        n = nb * BN + tl.arange(0, BN)
+        x = tl.load(st_ptr + base + p[:, None] * N + n[None, :])
+        return x, x
+
+
+@triton.jit(do_not_specialize=["T", "rot_plane", "coef_plane"])
+def chunk_state_kernel(x_ptr, z_ptr, k_ptr, kb_ptr, coef_ptr, coef_plane, rot_ptr, rot_plane, st_ptr,
+                       table_ptr, T, sx_t, sk_t, H, HPG, A,
+                       N: tl.constexpr, P: tl.constexpr, C: tl.constexpr, BN: tl.constexpr, BP: tl.constexpr,
+                       MODE: tl.constexpr, HAS_Z: tl.constexpr, HAS_BIAS: tl.constexpr,
+                       HALVES: tl.constexpr, DOT_DT: tl.constexpr, PREC: tl.constexpr):
+    """The local state (MODE 0) or local dS (MODE 1) of every chunk, :func:`local_chunk_state`, into st_ptr."""
+    # 1-D grid, chunk-major, then head, then (N block, P block) fastest: concurrent CTAs read neighbouring parts
+    # of the same DRAM rows of v and k ((B, T, H, P) rows are H·P wide)
+    pid = tl.program_id(0).to(tl.int64)
+    j = pid % ((N // BN) * (P // BP))
+    nb = j // (P // BP)
+    pb = j % (P // BP)
+    c = pid // ((N // BN) * (P // BP)) // H
+    h = pid // ((N // BN) * (P // BP)) % H
+    p = pb * BP + tl.arange(0, BP)
+    a, b = local_chunk_state(x_ptr, z_ptr, k_ptr, kb_ptr, coef_ptr, coef_plane, rot_ptr, rot_plane, table_ptr, c, h,
+                             nb, p, T, sx_t, sk_t, H, HPG, A, N, P, C, BN, BP, MODE, HAS_Z, HAS_BIAS, HALVES, DOT_DT,
+                             PREC)
+    store_state_block(st_ptr, (c * H + h) * P * N, a, b, p, nb, N, BN, HALVES)
+
+
+@triton.jit(do_not_specialize=["T", "rot_plane", "coef_plane", "max_chunks"])
+def chunk_state_scan_kernel(x_ptr, z_ptr, k_ptr, kb_ptr, coef_ptr, coef_plane, rot_ptr, rot_plane, st_ptr, g_ptr,
+                            init_ptr, final_ptr, table_ptr, seq_table_ptr, max_chunks, T, sx_t, sk_t, H, HPG, A,
+                            N: tl.constexpr, P: tl.constexpr, C: tl.constexpr, BN: tl.constexpr, BP: tl.constexpr,
+                            MODE: tl.constexpr, HAS_Z: tl.constexpr, HAS_BIAS: tl.constexpr,
+                            HALVES: tl.constexpr, DOT_DT: tl.constexpr, PREC: tl.constexpr,
+                            HAS_INIT: tl.constexpr, HAS_FINAL: tl.constexpr, REVERSE: tl.constexpr):
+    """``chunk_state_kernel`` and ``common.state_passing`` in one pass (``SisoConfig.scan_states``): a program per
+    (sequence, head, N block, P block) walks the sequence's chunks in order (REVERSE: from the last), stores the
+    running state S entering the chunk (REVERSE: the dS leaving it) into st_ptr, then S ← e^{g_c}·S + the chunk's
+    local term (``local_chunk_state``; g_ptr: (nchunks, H) total log-decay per chunk). Start: init_ptr (NS, H, P, N)
+    or 0; end: final_ptr. The local terms never go to memory, where the two-pass form writes them, then reads and
+    rewrites them: one fp32 state read and write less, at NS·H·(N/BN)·(P/BP) programs instead of
+    chunks·H·(N/BN)·(P/BP)."""
+    pid = tl.program_id(0).to(tl.int64)
+    j = pid % ((N // BN) * (P // BP))
+    nb = j // (P // BP)
+    pb = j % (P // BP)
+    s = pid // ((N // BN) * (P // BP)) // H
+    h = pid // ((N // BN) * (P // BP)) % H
+    p = pb * BP + tl.arange(0, BP)
+    first = tl.load(seq_table_ptr + s * 2).to(tl.int64)
+    n = tl.load(seq_table_ptr + s * 2 + 1)
+    if HAS_INIT:
+        xa, xb = load_state_block(init_ptr, (s * H + h) * P * N, p, nb, N, BN, HALVES)
+    elif HALVES:
+        xa = tl.zeros((BP, BN // 2), dtype=tl.float32)
+        xb = tl.zeros((BP, BN // 2), dtype=tl.float32)
+    else:
+        xa = tl.zeros((BP, BN), dtype=tl.float32)
+        xb = xa
+    # the trip count is a host int (the longest sequence's chunk count), as in common.state_passing: a loop bound
+    # loaded from memory is fine compiled but not in the interpreter
+    for jj in range(max_chunks):
+        if jj < n:
+            if REVERSE:
+                c = first + n - 1 - jj
+            else:
+                c = first + jj
+            la, lb = local_chunk_state(x_ptr, z_ptr, k_ptr, kb_ptr, coef_ptr, coef_plane, rot_ptr, rot_plane,
+                                       table_ptr, c, h, nb, p, T, sx_t, sk_t, H, HPG, A, N, P, C, BN, BP, MODE, HAS_Z,
+                                       HAS_BIAS, HALVES, DOT_DT, PREC)
+            store_state_block(st_ptr, (c * H + h) * P * N, xa, xb, p, nb, N, BN, HALVES)
+            decay = fast_exp(tl.load(g_ptr + c * H + h))
+            xa = decay * xa + la
+            if HALVES:
+                xb = decay * xb + lb
+            else:
+                xb = xa
+    if HAS_FINAL:
+        store_state_block(final_ptr, (s * H + h) * P * N, xa, xb, p, nb, N, BN, HALVES)
 
 
 @triton.jit
