@@ -114,22 +114,26 @@ def load_state_block(st_ptr, base, p, nb, N: tl.constexpr, BN: tl.constexpr, HAL
         return x, x
 
 
+@triton.jit
+def state_block_program(H, N: tl.constexpr, P: tl.constexpr, BN: tl.constexpr, BP: tl.constexpr):
+    """(outer index, head, N block, state rows) of this program in a 1-D grid of outer-major, then head, then (N
+    block, P block) fastest: concurrent CTAs read neighbouring parts of the same DRAM rows of v and k ((B, T, H, P)
+    rows are H·P wide)."""
+    pid = tl.program_id(0).to(tl.int64)
+    j = pid % ((N // BN) * (P // BP))
+    outer = pid // ((N // BN) * (P // BP))
+    return outer // H, outer % H, j // (P // BP), (j % (P // BP)) * BP + tl.arange(0, BP)
+
+
 @triton.jit(do_not_specialize=["T", "rot_plane", "coef_plane"])
 def chunk_state_kernel(x_ptr, z_ptr, k_ptr, kb_ptr, coef_ptr, coef_plane, rot_ptr, rot_plane, st_ptr,
                        table_ptr, T, sx_t, sk_t, H, HPG, A,
                        N: tl.constexpr, P: tl.constexpr, C: tl.constexpr, BN: tl.constexpr, BP: tl.constexpr,
                        MODE: tl.constexpr, HAS_Z: tl.constexpr, HAS_BIAS: tl.constexpr,
                        HALVES: tl.constexpr, DOT_DT: tl.constexpr, PREC: tl.constexpr):
-    """The local state (MODE 0) or local dS (MODE 1) of every chunk, :func:`local_chunk_state`, into st_ptr."""
-    # 1-D grid, chunk-major, then head, then (N block, P block) fastest: concurrent CTAs read neighbouring parts
-    # of the same DRAM rows of v and k ((B, T, H, P) rows are H·P wide)
-    pid = tl.program_id(0).to(tl.int64)
-    j = pid % ((N // BN) * (P // BP))
-    nb = j // (P // BP)
-    pb = j % (P // BP)
-    c = pid // ((N // BN) * (P // BP)) // H
-    h = pid // ((N // BN) * (P // BP)) % H
-    p = pb * BP + tl.arange(0, BP)
+    """The local state (MODE 0) or local dS (MODE 1) of every chunk, :func:`local_chunk_state`, into st_ptr (grid:
+    chunks × H × blocks)."""
+    c, h, nb, p = state_block_program(H, N, P, BN, BP)
     a, b = local_chunk_state(x_ptr, z_ptr, k_ptr, kb_ptr, coef_ptr, coef_plane, rot_ptr, rot_plane, table_ptr, c, h,
                              nb, p, T, sx_t, sk_t, H, HPG, A, N, P, C, BN, BP, MODE, HAS_Z, HAS_BIAS, HALVES, DOT_DT,
                              PREC)
@@ -150,13 +154,7 @@ def chunk_state_scan_kernel(x_ptr, z_ptr, k_ptr, kb_ptr, coef_ptr, coef_plane, r
     or 0; end: final_ptr. The local terms never go to memory, where the two-pass form writes them, then reads and
     rewrites them: one fp32 state read and write less, at NS·H·(N/BN)·(P/BP) programs instead of
     chunks·H·(N/BN)·(P/BP)."""
-    pid = tl.program_id(0).to(tl.int64)
-    j = pid % ((N // BN) * (P // BP))
-    nb = j // (P // BP)
-    pb = j % (P // BP)
-    s = pid // ((N // BN) * (P // BP)) // H
-    h = pid // ((N // BN) * (P // BP)) % H
-    p = pb * BP + tl.arange(0, BP)
+    s, h, nb, p = state_block_program(H, N, P, BN, BP)
     first = tl.load(seq_table_ptr + s * 2).to(tl.int64)
     n = tl.load(seq_table_ptr + s * 2 + 1)
     if HAS_INIT:
