@@ -5,9 +5,10 @@
 # PARTS picks what runs (default: all of it, in this order):
 #   ops      tests/gpu/test_siso.py + test_mimo.py     (H200, 14 xdist workers, cold cache: 150-215 s for the
 #            179 tests of the fourteenth session; 195 since)
-#   rest     the other tests/gpu files (step, host sync, modules, reference on CUDA)  (≈ 3-5 min, 173 tests)
+#   rest     the other tests/gpu files (step, host sync, modules, reference on CUDA)  (≈ 3-5 min, 177 tests)
 #   demo     the CPU demo's configuration trained through the kernels                     (≤ 2 min)
-#   bench    bench_siso, bench_mimo, bench_step, bench_task_step, each with a cold cache (≈ 3 + 3 + 1 + 1 min)
+#   bench    bench_siso, bench_mimo, bench_step, bench_task_step, bench_custom_ops, each with a cold cache
+#            (≈ 3 + 3 + 1 + 1 + 1 min)
 #   info     `python -m mamba3 info`: AOT-compiles every kernel for this GPU (≈ 3 min of CPU; run alone, it
 #            slows whatever shares the CPUs with it)
 #   sweeps   (not in the default) the candidates prepared without a GPU and not timed yet: SWEEP_MIMO / SWEEP_SISO /
@@ -47,7 +48,7 @@ if has demo; then  # training through the kernels: the CPU demo's configuration,
   tail -n 4 "$OUT/demo.log"
 fi
 if has bench; then
-  for bench in siso mimo step task_step; do
+  for bench in siso mimo step task_step custom_ops; do
     timeout 300 python3 "benchmarks/bench_$bench.py" --out "$OUT/$bench.json" > "$OUT/bench_$bench.log" 2>&1 \
       || status=1
     cat "$OUT/$bench.md" 2>/dev/null || tail -n 5 "$OUT/bench_$bench.log"
