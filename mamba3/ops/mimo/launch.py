@@ -178,19 +178,19 @@ def state_pass_bwd(L: Launch, buf, sin, dsfin, decay):
     return ds0, dcend.sum(0)
 
 
-def _out_shape(L: Launch, t):
+def _out_shape(L: Launch, has_out: bool):
     """(TT, H, P) with the rank contraction (φ), else the per-rank output (TT, R, H, P)."""
-    return (L.TT, L.H, L.P) if t["phi"] is not None else (L.TT, L.R, L.H, L.P)
+    return (L.TT, L.H, L.P) if has_out else (L.TT, L.R, L.H, L.P)
 
 
 def _final_states(L: Launch, device):
     return torch.empty(L.tables.ns, L.H, L.P, 2 * L.N2, device=device, dtype=torch.float32)
 
 
-def empty_outputs(L: Launch, t):
-    """Uninitialised (out, final ssm state) as :func:`out_pass` and :func:`forward` return them (the
+def empty_outputs(L: Launch, v, has_out: bool):
+    """Uninitialised (out, final ssm state) as :func:`out_pass` and :func:`forward` return them for values v (the
     gradients-only replay, ``common.replay``)."""
-    return torch.empty(_out_shape(L, t), device=t["v"].device, dtype=t["v"].dtype), _final_states(L, t["v"].device)
+    return torch.empty(_out_shape(L, has_out), device=v.device, dtype=v.dtype), _final_states(L, v.device)
 
 
 def out_pass(L: Launch, t, sin, bwd=False, dout=None):
@@ -203,7 +203,7 @@ def out_pass(L: Launch, t, sin, bwd=False, dout=None):
     dummy = cs
     out = dy = dz = dphip = dzetap = dnwp = None
     if not bwd:
-        out = torch.empty(_out_shape(L, t), device=dev, dtype=v.dtype)
+        out = torch.empty(_out_shape(L, has_out), device=dev, dtype=v.dtype)
     else:
         dy = torch.empty(L.TT, L.R, L.H, L.P, device=dev, dtype=f32)
         if t["z"] is not None:
