@@ -17,7 +17,9 @@ Pipeline (all chunk-parallel except the light state pass; see ``mamba3/ops/commo
 4. ``output_kernel``   per (chunk, head): y_i = e^{cs_i}·S q̃_i + Σ_{j<i} e^{cs_i−cs_j}·scale_j·(q̃_i·k̃_j)·v_j
                        + (D + γ_i·q̂_i·k̂_i)·v_i, out = y ⊙ silu(z).
 
-The same ``chunk_state_kernel`` with MODE=1 computes the backward's local dS (Σ_i e^{cs_i}·dy_i q̃_iᵀ).
+The same ``chunk_state_kernel`` with MODE=1 computes the backward's local dS (Σ_i e^{cs_i}·dy_i q̃_iᵀ). With
+``SisoConfig.scan_states`` (off by default), steps 2 and 3 — and the backward's local dS with its reverse pass —
+are one kernel, ``chunk_state_scan_kernel``, that walks each sequence's chunks.
 
 Rotation: a C×BN tile of q or k is loaded as even/odd C×BN/2 halves (``load_pairs``) and rotated in fp32. Two
 operand layouts (``SisoConfig.halves``): re-interleaved (``join_pairs``) into one C×BN dot operand (the 16-bit
