@@ -11,7 +11,9 @@ fp32-path footprint), fp32 with N = 16 (fp32 operands on one interleaved 16-wide
 inputs on the fp32-operand path). Why this bounds every shape: no tile grows with N or P
 (the kernels loop or grid over blocks of bn and bp, which depend only on the path), every tile is C×bn, C×bp,
 bp×bn or C×C, and each path's largest chunk is compiled. The four light kernels (chunk sums, rotation
-planes, state passing, angle backward) have tiny dtype-independent tiles and are compiled once.
+planes, state passing, angle backward) have tiny dtype-independent tiles and are compiled once. The opt-in
+``SisoConfig.scan_states`` is compiled on the dispatcher's N = P = 128 tiles for bf16 and fp32 (its other kernels
+are the default ones, deduplicated).
 """
 from __future__ import annotations
 
@@ -25,20 +27,25 @@ from . import function as F
 
 
 def _problem_classes(default_only: bool = False):
-    """(input dtype, explicit chunk or None, N); default_only: only the dispatcher's own chunk choices."""
-    yield torch.bfloat16, None, 128
-    yield torch.float32, None, 128
+    """(input dtype, explicit chunk or None, N, scan_states); default_only: only the dispatcher's own choices
+    (scan_states is an opt-in: ``SisoConfig.scan_states`` on the dispatcher's tiles, N = P = 128)."""
+    yield torch.bfloat16, None, 128, False
+    yield torch.float32, None, 128, False
     if not default_only:
-        yield torch.float32, 64, 128
-    yield torch.float32, None, 16
-    yield torch.bfloat16, None, 32
+        yield torch.float32, 64, 128, False
+        yield torch.bfloat16, None, 128, True
+        yield torch.float32, None, 128, True
+    yield torch.float32, None, 16, False
+    yield torch.bfloat16, None, 32, False
 
 
 _LIGHT = ("chunk_sums_kernel", "rotation_kernel", "state_passing_kernel", "angle_totals_kernel", "angle_bwd_kernel",
           "decay_grad_kernel")
 
 
-def _record(spec, dtype, chunk, dstate):
+def _record(spec, dtype, chunk, dstate, scan_states=False):
+    import dataclasses
+
     from mamba3.testing.inputs import siso_inputs
 
     args = siso_inputs(bsz=2, seqlen=256, nheads=2, ngroups=1, dstate=dstate, headdim=128,
@@ -48,8 +55,11 @@ def _record(spec, dtype, chunk, dstate):
         args[name].requires_grad_(True)
         leaves.append(args[name])
     states = tuple(s.detach().requires_grad_(True) for s in args["input_states"])
-    prev = F._SPEC_OVERRIDE
+    prev, prev_cfg = F._SPEC_OVERRIDE, F._CONFIG_OVERRIDE
     F._SPEC_OVERRIDE = spec
+    if scan_states:
+        F._CONFIG_OVERRIDE = dataclasses.replace(F.choose_config(spec, F.problem_for(args["q"], args["v"], chunk)),
+                                                 scan_states=True)
     try:
         with recording() as rec:
             out, fs = F.siso_triton(args["q"], args["k"], args["v"], args["adt"], args["dt"], args["trap"],
@@ -58,7 +68,7 @@ def _record(spec, dtype, chunk, dstate):
             loss = out.float().sum() + sum(x.float().sum() for x in fs)
             loss.backward()
     finally:
-        F._SPEC_OVERRIDE = prev
+        F._SPEC_OVERRIDE, F._CONFIG_OVERRIDE = prev, prev_cfg
     return rec
 
 
@@ -66,8 +76,8 @@ def aot_launches(arch: int, *, default_only: bool = False) -> list[KernelLaunch]
     """default_only: leave out the problem classes with an explicit (caller-chosen) chunk size."""
     spec = arch_spec(arch)
     out, seen = [], set()
-    for dtype, chunk, dstate in _problem_classes(default_only):
-        for kernel, grid, args, meta in _record(spec, dtype, chunk, dstate):
+    for dtype, chunk, dstate, scan_states in _problem_classes(default_only):
+        for kernel, grid, args, meta in _record(spec, dtype, chunk, dstate, scan_states):
             sig = tuple(str(a.dtype) if isinstance(a, torch.Tensor) else type(a).__name__ for a in args)
             key = (kernel.fn.__name__, tuple(sorted((k, str(v)) for k, v in meta.items())), sig)
             if kernel.fn.__name__ in _LIGHT:
