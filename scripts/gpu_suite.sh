@@ -4,7 +4,7 @@
 #
 # PARTS picks what runs (default: all of it, in this order):
 #   ops      tests/gpu/test_siso.py + test_mimo.py     (H200, 14 xdist workers, cold cache: 150-215 s for the
-#            179 tests of the fourteenth session; 195 since)
+#            179 tests of the fourteenth session; more since)
 #   rest     the other tests/gpu files (step, host sync, modules, reference on CUDA)  (≈ 3-5 min, 177 tests)
 #   demo     the CPU demo's configuration trained through the kernels                     (≤ 2 min)
 #   bench    bench_siso, bench_mimo, bench_step, bench_task_step, bench_custom_ops, each with a cold cache

@@ -61,13 +61,9 @@ def test_scan_states(feature, dtype, monkeypatch):
     """``SisoConfig.scan_states`` (off by default, a sweep candidate): the chunk states and their pass across chunks
     in one kernel per (sequence, head, block), forward and the backward's reverse pass, on the dispatcher's tiles
     at N = P = 128 (two N blocks on the 16-bit path)."""
-    import dataclasses
+    from mamba3.ops.siso.check import force_config
 
-    import mamba3.ops.siso.function as F
-
-    choose = F.choose_config
-    monkeypatch.setattr(F, "choose_config", lambda spec, problem: dataclasses.replace(choose(spec, problem),
-                                                                                      scan_states=True))
+    force_config(monkeypatch, scan_states=True)
     _check(_case(dtype=DT[dtype], N=128, P=128, A=32, **FEATURES[feature]))
 
 

@@ -30,16 +30,13 @@ def _eager_grads(fn, args, names, grads):
 
 
 def test_siso_backward_op_skips_the_forward_kernels(monkeypatch):
-    import mamba3.ops.siso.function as F
+    from mamba3.ops.siso.check import launched_kernels
 
     a = siso_inputs(bsz=2, seqlen=21, nheads=2, ngroups=1, dstate=16, headdim=16, nangles=4, states=True, seed=5)
     out, fin = mamba3.mamba3_siso(**a, return_final_states=True, backend="triton")
     grads = _output_grads([out, *fin], seed=6)
     _, want = _eager_grads(mamba3.mamba3_siso, a, SISO_NAMES, grads)
-    launched = []
-    real = F.launch
-    monkeypatch.setattr(F, "launch", lambda kernel, *args, **meta: (launched.append(kernel.fn.__name__),
-                                                                     real(kernel, *args, **meta)))
+    launched = launched_kernels(monkeypatch)
     tensors = [a[n] for n in SISO_NAMES] + list(a["input_states"])
     got = custom_ops.siso_bwd_op(grads, *tensors, None, None, "triton", "ieee")
     # the replay ran no output kernel, and the chunk states once (the backward's own recompute), not twice

@@ -115,17 +115,10 @@ SCAN_CASES["fp32-N64-P32-halves-varlen"] = (dict(B=1, T=45, N=64, P=32, A=12, cu
 def test_siso_scan_states(name, monkeypatch):
     """``SisoConfig.scan_states``: the chunk states and their pass across chunks (forward, and the backward's
     reverse pass) in one kernel that walks each sequence's chunks, on the dispatcher's tiles for each case."""
-    import dataclasses
+    from mamba3.ops.siso.check import force_config, launched_kernels
 
-    import mamba3.ops.siso.function as F
-
-    choose = F.choose_config
-    monkeypatch.setattr(F, "choose_config", lambda spec, problem: dataclasses.replace(choose(spec, problem),
-                                                                                      scan_states=True))
-    launched = []
-    launch = F.launch
-    monkeypatch.setattr(F, "launch", lambda kernel, *a, **k: (launched.append(kernel.fn.__name__), launch(kernel, *a,
-                                                                                                           **k)))
+    force_config(monkeypatch, scan_states=True)
+    launched = launched_kernels(monkeypatch)
     kw, chunk = SCAN_CASES[name]
     run_and_compare(make_case(**kw), chunk)
     assert "chunk_state_kernel" not in launched and launched.count("chunk_state_scan_kernel") == 3, launched

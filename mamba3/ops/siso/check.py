@@ -39,3 +39,27 @@ def run_and_compare(args, chunk_size, reference=None, precision="ieee", tols=Non
     assert_within_contract(errs, args["v"].dtype, tols)
     print(", ".join(f"{k}={e:.2e}" for k, e in errs.items()))
     return errs
+
+
+def force_config(monkeypatch, **changes):
+    """Within a test: every SISO call runs the dispatcher's configuration with ``changes`` applied."""
+    import dataclasses
+
+    from . import function as F
+
+    choose = F.choose_config
+    monkeypatch.setattr(F, "choose_config", lambda spec, problem: dataclasses.replace(choose(spec, problem), **changes))
+
+
+def launched_kernels(monkeypatch) -> list:
+    """Within a test: the names of the kernels the SISO Function launches, in order (they still run)."""
+    from . import function as F
+
+    names, launch = [], F.launch
+
+    def record(kernel, *args, **meta):
+        names.append(kernel.fn.__name__)
+        launch(kernel, *args, **meta)
+
+    monkeypatch.setattr(F, "launch", record)
+    return names

@@ -148,7 +148,7 @@ def chunk_state_scan_kernel(x_ptr, z_ptr, k_ptr, kb_ptr, coef_ptr, coef_plane, r
                             N: tl.constexpr, P: tl.constexpr, C: tl.constexpr, BN: tl.constexpr, BP: tl.constexpr,
                             MODE: tl.constexpr, HAS_Z: tl.constexpr, HAS_BIAS: tl.constexpr,
                             HALVES: tl.constexpr, DOT_DT: tl.constexpr, PREC: tl.constexpr,
-                            HAS_INIT: tl.constexpr, HAS_FINAL: tl.constexpr, REVERSE: tl.constexpr):
+                            HAS_INIT: tl.constexpr, REVERSE: tl.constexpr):
     """``chunk_state_kernel`` and ``common.state_passing`` in one pass (``SisoConfig.scan_states``): a program per
     (sequence, head, N block, P block) walks the sequence's chunks in order (REVERSE: from the last), stores the
     running state S entering the chunk (REVERSE: the dS leaving it) into st_ptr, then S ← e^{g_c}·S + the chunk's
@@ -185,8 +185,7 @@ def chunk_state_scan_kernel(x_ptr, z_ptr, k_ptr, kb_ptr, coef_ptr, coef_plane, r
                 xb = decay * xb + lb
             else:
                 xb = xa
-    if HAS_FINAL:
-        store_state_block(final_ptr, (s * H + h) * P * N, xa, xb, p, nb, N, BN, HALVES)
+    store_state_block(final_ptr, (s * H + h) * P * N, xa, xb, p, nb, N, BN, HALVES)
 
 
 @triton.jit
