@@ -1,6 +1,6 @@
 """Sweep SISO kernel configurations on the current GPU (used to choose the dispatcher's defaults).
 
-    python3 benchmarks/sweep_siso.py --out sweep.json [--shape B8|B1] [--only NAME,...]
+    python3 benchmarks/sweep_siso.py --out sweep.json [--shape B8|B4|B2|B1] [--only NAME,...]
 
 For each candidate configuration: the relative Frobenius error of the output and of every gradient against the
 float64 reference on a small case (B=2, T=300, H=4, N=128, P=64, A=32, D, Z, input states: a miscompiled
@@ -27,7 +27,9 @@ from mamba3.ops.siso.configs import SisoConfig  # noqa: E402
 
 # name: (input dtype, config)
 CANDIDATES = {
+    # the dispatcher's tiles; the chunk-state scan as the launcher decides from the grid (function._scan_states)
     "bf16-joined-c64-w4/8": ("bf16", SisoConfig(64, 64, 64, 4, 8, 1)),
+    "bf16-joined-c64-w4/8-chunked": ("bf16", SisoConfig(64, 64, 64, 4, 8, 1, scan_states=False)),
     # the backward kernels at 4 warps (two CTAs per SM; AOT sm_90: 1.3-1.8 KB spills) — what made MIMO's faster
     "bf16-joined-c64-w4/4": ("bf16", SisoConfig(64, 64, 64, 4, 4, 1)),
     "bf16-joined-c64-w8/4": ("bf16", SisoConfig(64, 64, 64, 8, 4, 1)),
@@ -40,7 +42,7 @@ CANDIDATES = {
     # (7.8 per SM, under the launcher's 8-per-SM rule, so only a fixed split runs it); a second specialisation
     "bf16-joined-c64-w4/8-hs1": ("bf16", SisoConfig(64, 64, 64, 4, 8, 1, head_split=1)),
     # the chunk states and their pass across chunks in one kernel per (sequence, head, block): one fp32 state write +
-    # read less per pass, NS·H·2 programs (512 at B8 T4096, 64 at B1 T32768: time both shapes)
+    # read less per pass, NS·H·2 programs (512 at B8 T4096, 64 at B1 T32768; the launcher's rule comes from B8-B1)
     "bf16-joined-c64-w4/8-scan": ("bf16", SisoConfig(64, 64, 64, 4, 8, 1, scan_states=True)),
     "fp32-x3-c32-b32-w4/8": ("fp32", SisoConfig(32, 32, 32, 4, 8, 1, half_dots=False, halves=True,
                                                 fp32_prec="tf32x3")),
@@ -48,10 +50,14 @@ CANDIDATES = {
                                                 fp32_prec="tf32x3")),
     "fp32-x3-c64-b32p64-w4/8": ("fp32", SisoConfig(64, 32, 64, 4, 8, 1, half_dots=False, halves=True,
                                                    fp32_prec="tf32x3")),
+    "fp32-x3-c64-b32p64-w4/8-scan": ("fp32", SisoConfig(64, 32, 64, 4, 8, 1, half_dots=False, halves=True,
+                                                        fp32_prec="tf32x3", scan_states=True)),
     "fp32-x3-c32-b32-w4/4": ("fp32", SisoConfig(32, 32, 32, 4, 4, 1, half_dots=False, halves=True,
                                                 fp32_prec="tf32x3")),
     "fp32-ieee-c32-b32-w4/8": ("fp32", SisoConfig(32, 32, 32, 4, 8, 1, half_dots=False, halves=True)),
 }
+# the issue's B8 T4096 and the same 32768 tokens in fewer, longer sequences (the scan's programs: NS·H·blocks)
+SHAPES = {"B8": (8, 4096), "B4": (4, 8192), "B2": (2, 16384), "B1": (1, 32768)}
 EXACT_SPLIT = {"bf16-joined-c64-w4/8-hs8", "bf16-joined-c64-w4/8-hs4", "bf16-joined-c64-w4/8-hs2",
                "bf16-joined-c64-w4/8-hs1"}
 
@@ -97,11 +103,10 @@ def timing(cfg, shape, dtype, exact_split=False):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
-    ap.add_argument("--shape", default="B8", choices=["B8", "B1"])
+    ap.add_argument("--shape", default="B8", choices=list(SHAPES))
     ap.add_argument("--only", default="", help="comma-separated candidate names (default: all)")
     a = ap.parse_args()
-    shape = dict(B=8, T=4096, H=32, G=1, N=128, P=64, A=32) if a.shape == "B8" else \
-        dict(B=1, T=32768, H=32, G=1, N=128, P=64, A=32)
+    shape = dict(B=SHAPES[a.shape][0], T=SHAPES[a.shape][1], H=32, G=1, N=128, P=64, A=32)
     names = a.only.split(",") if a.only else list(CANDIDATES)
     res = []
     for name in names:

@@ -11,7 +11,7 @@
 #            (≈ 3 + 3 + 1 + 1 + 1 min)
 #   info     `python -m mamba3 info`: AOT-compiles every kernel for this GPU (≈ 3 min of CPU; run alone, it
 #            slows whatever shares the CPUs with it)
-#   sweeps   (not in the default) the candidates prepared without a GPU and not timed yet: SWEEP_MIMO / SWEEP_SISO /
+#   sweeps   (not in the default) sweep candidates (the open questions, see below): SWEEP_MIMO / SWEEP_SISO /
 #            SWEEP_SISO_B1 (--only filters of bench_mimo.py --sweep and sweep_siso.py at B8 / B1; "" skips one)
 # One device call runs for at most 10 minutes, so split the suite over calls, e.g. PARTS=ops, then PARTS=rest,
 # then PARTS=bench (measured on the H200, thirteenth session). Writes <part>_tests.log, demo.log, the benchmarks'
@@ -54,12 +54,12 @@ if has bench; then
     cat "$OUT/$bench.md" 2>/dev/null || tail -n 5 "$OUT/bench_$bench.log"
   done
 fi
-if has sweeps; then  # defaults: the candidates not timed yet (MIMO fp32 32-row tiles, 16-bit backward dots;
-  # SISO bwd_dqk with one program per q/k group against the launcher's 2 splits)
-  # MIMO 16-bit backward dots: with the sixteenth session's dq candidate, and at 32-row backward tiles; the
-  # 8-warp bwd16 variants stopped the process with an illegal memory access (sixteenth session), so not these
-  SWEEP_MIMO=${SWEEP_MIMO-"-bwd16/,bwd32-bwd16,bm32-st4"}
-  SWEEP_SISO=${SWEEP_SISO-bf16-joined-c64-w4/8-hs1,bf16-joined-c64-w4/8-hs2,bf16-joined-c64-w4/8-scan,bf16-joined-c64-w4/8}
+if has sweeps; then  # defaults: the open questions. Everything prepared without a GPU was timed in the seventeenth
+  # session (MIMO 16-bit backward dots: dq still wrong on Triton 3.6; 32-row bwd16 tiles 48.4 ms; SISO scan timed at
+  # B8-B1): the SISO default (the chunk-state scan where the launcher picks it) against the chunked path, both
+  # sides of the launcher's rule (B8: the scan, B1: chunked); no MIMO candidate is pending
+  SWEEP_MIMO=${SWEEP_MIMO-}
+  SWEEP_SISO=${SWEEP_SISO-bf16-joined-c64-w4/8,bf16-joined-c64-w4/8-chunked}
   if [ -n "$SWEEP_MIMO" ]; then
     timeout 400 python3 benchmarks/bench_mimo.py --shapes none --sweep --only="$SWEEP_MIMO" --out "$OUT/mimo_sweep.json" \
       > "$OUT/sweep_mimo.log" 2>&1 || status=1
@@ -70,7 +70,7 @@ if has sweeps; then  # defaults: the candidates not timed yet (MIMO fp32 32-row 
       > "$OUT/sweep_siso.log" 2>&1 || status=1
     tail -n 8 "$OUT/sweep_siso.log"
   fi
-  SWEEP_SISO_B1=${SWEEP_SISO_B1-bf16-joined-c64-w4/8-scan,bf16-joined-c64-w4/8}  # the scan has NS·H·2 programs
+  SWEEP_SISO_B1=${SWEEP_SISO_B1-bf16-joined-c64-w4/8,bf16-joined-c64-w4/8-scan}  # B1: 64 scan programs
   if [ -n "$SWEEP_SISO_B1" ]; then
     timeout 200 python3 benchmarks/sweep_siso.py --shape B1 --only "$SWEEP_SISO_B1" --out "$OUT/siso_sweep_b1.json" \
       > "$OUT/sweep_siso_b1.log" 2>&1 || status=1

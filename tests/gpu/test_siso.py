@@ -58,13 +58,27 @@ def test_features(feature, dtype):
 @pytest.mark.parametrize("feature", ["base", "states", "varlen-states", "T-odd"])
 @pytest.mark.parametrize("dtype", ["fp32", "bf16"])
 def test_scan_states(feature, dtype, monkeypatch):
-    """``SisoConfig.scan_states`` (off by default, a sweep candidate): the chunk states and their pass across chunks
+    """``SisoConfig.scan_states`` forced (the launcher picks it for large 16-bit grids): the chunk states and their pass across chunks
     in one kernel per (sequence, head, block), forward and the backward's reverse pass, on the dispatcher's tiles
     at N = P = 128 (two N blocks on the 16-bit path)."""
     from mamba3.ops.siso.check import force_config
 
     force_config(monkeypatch, scan_states=True)
     _check(_case(dtype=DT[dtype], N=128, P=128, A=32, **FEATURES[feature]))
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "fp16"])
+def test_scan_states_chosen_on_full_grids(dtype, monkeypatch):
+    """The launcher's own choice (``function._scan_states``) on a dense 16-bit batch of ≥ 1.5 scan programs per SM:
+    the scan, in the forward, the backward's recompute and its reverse pass, exact against float64."""
+    from mamba3.ops.siso.check import launched_kernels
+
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    H = 32
+    B = -(-3 * sms // (2 * H * 2))   # N = 128, P = 64 on 64 × 64 blocks: two scan programs per (sequence, head)
+    launched = launched_kernels(monkeypatch)
+    _check(_case(dtype=DT[dtype], B=B, T=200, H=H, G=1, N=128, P=64, A=32))
+    assert launched.count("chunk_state_scan_kernel") == 3 and "chunk_state_kernel" not in launched, launched
 
 
 @pytest.mark.parametrize("dtype", ["fp32", "bf16"])

@@ -122,3 +122,35 @@ def test_siso_scan_states(name, monkeypatch):
     kw, chunk = SCAN_CASES[name]
     run_and_compare(make_case(**kw), chunk)
     assert "chunk_state_kernel" not in launched and launched.count("chunk_state_scan_kernel") == 3, launched
+
+
+@pytest.mark.parametrize("dtype,B,T,cu,sms,forced,want", [
+    ("bf16", 8, 4096, None, 132, None, True),     # H200 at the issue's shape: 512 programs
+    ("bf16", 4, 8192, None, 132, None, True),     # 256 programs (≥ 1.5 per SM)
+    ("bf16", 2, 16384, None, 132, None, False),   # 128 programs: chunked was faster
+    ("bf16", 8, 4096, None, None, None, False),   # unknown SM count (AOT targets, the interpreter)
+    ("fp32", 8, 4096, None, 132, None, False),    # fp32 dots: the scan was no faster
+    ("bf16", 1, 4096, [0, 64, 4096], 1, None, False),            # unequal lengths
+    ("bf16", 1, 4096, [0, 2048, 4096], 1, None, True),           # equal lengths (varlen)
+    ("bf16", 2, 16384, None, 132, True, True), ("bf16", 8, 4096, None, 132, False, False),  # the config decides
+])
+def test_scan_states_choice(dtype, B, T, cu, sms, forced, want):
+    """``function._scan_states``: the launcher's rule for the one-kernel chunk-state scan (H = 32, N = 128, P = 64:
+    two 64 × 64 state blocks per head on the 16-bit path)."""
+    import dataclasses
+
+    from mamba3.dispatch import DeviceSpec
+    from mamba3.ops.siso import function as F
+
+    dt = torch.bfloat16 if dtype == "bf16" else torch.float32
+    q, v = torch.empty(B, T, 1, 128, dtype=dt), torch.empty(B, T, 32, 64, dtype=dt)
+    cu_seqlens = None if cu is None else torch.tensor(cu, dtype=torch.int32)
+    F._SPEC_OVERRIDE = DeviceSpec(name="test", arch=90, smem_optin=232_448, sm_count=sms)
+    try:
+        ctx = F._Ctx(q, v, torch.empty(B, T, 8), None, None, cu_seqlens, "ieee")
+    finally:
+        F._SPEC_OVERRIDE = None
+    if forced is not None:
+        ctx.cfg = dataclasses.replace(ctx.cfg, scan_states=forced)
+    blocks = (128 // ctx.cfg.bn) * (64 // ctx.cfg.bp)
+    assert F._scan_states(ctx, ctx.chunks.nseq * 32 * blocks) is want

@@ -70,9 +70,10 @@ class SisoConfig:
     fp32_prec: str = "ieee"
     # True: the chunk states and their pass across chunks in one kernel (``chunk_state_scan_kernel``: a program per
     # (sequence, head, N block, P block) walks the sequence's chunks), forward and the backward's reverse pass;
-    # False: chunk-parallel local states, then ``common.state_passing`` (one more fp32 state write + read, more
-    # programs: B = 1 keeps H·(N/bn)·(P/bp) programs in the scan). Not timed yet (sixteenth session): off.
-    scan_states: bool = False
+    # False: chunk-parallel local states, then ``common.state_passing`` (one more fp32 state write + read, but
+    # chunk-parallel: B = 1 keeps only H·(N/bn)·(P/bp) programs in the scan); None: the launcher decides from the
+    # grid (``siso.function._scan_states``)
+    scan_states: bool | None = None
 
     def __post_init__(self):
         if self.halves and self.half_dots:

@@ -90,6 +90,21 @@ def _head_split(hpg: int, most: int, programs_per_split: int, sm_count: int | No
     return divisors[-1]
 
 
+def _scan_states(ctx, programs: int) -> bool:
+    """Whether the chunk states and their pass run as one scan (``chunk_state_scan_kernel``, ``programs`` of them:
+    sequences × heads × blocks) or chunk-parallel and then ``state_passing``. ``SisoConfig.scan_states`` True / False
+    decides; None (the dispatcher's): the scan on the 16-bit-dot path of dense batches when it gives every SM 1.5
+    programs or more. H200, bf16, B·T = 32768 tokens, H = 32, N = 128, P = 64, forward+backward, scan / chunked
+    (seventeenth session, ``sweep_siso.py``): B8 (512 programs) 6.81 / 7.32 ms, B4 (256) 6.89 / 7.39, B2 (128)
+    7.63 / 7.38, B1 (64) 9.45 / 7.50. The fp32 path's scan was no faster (B8 42.6 / 42.3 ms) and stays chunked, as
+    do sequences of unequal lengths (the longest one would set the scan's time) and devices of unknown SM count."""
+    ch = ctx.chunks
+    if ctx.cfg.scan_states is not None:
+        return ctx.cfg.scan_states
+    equal_lengths = ch.nchunks == ch.nseq * ch.max_chunks
+    return bool(ctx.dot_dt != tl.float32 and equal_lengths and ctx.sm_count and 2 * programs >= 3 * ctx.sm_count)
+
+
 def _s_init(ctx, dt, trap, input_states):
     """S_init = SSM_in + dt_0(1−λ_0)·V_in K_inᵀ per (sequence, head), fp32, and w0 = dt_0(1−λ_0)."""
     if input_states is None:
@@ -127,7 +142,7 @@ def _states(ctx, q, k, v, adt, dt, trap, q_bias, k_bias, angles, input_states):
 def _chunk_states(ctx, mode, x, z, k, k_bias, coef, rot, plane, gsum, init, final):
     """MODE 0: the fp32 state entering every chunk (nchunks, H, P, N), from init (NS, H, P, N, or None for 0),
     final state into ``final``; MODE 1 (x = dO, z, k = q): the dS leaving every chunk, the pass in reverse from
-    init = dS_final, the gradient of the input state into ``final``. One scan kernel with ``SisoConfig.scan_states``,
+    init = dS_final, the gradient of the input state into ``final``. One scan kernel where ``_scan_states`` says so,
     else the chunk-parallel local terms and ``common.state_passing``."""
     ch, cfg = ctx.chunks, ctx.cfg
     H, N, P = ctx.H, ctx.N, ctx.P
@@ -138,7 +153,7 @@ def _chunk_states(ctx, mode, x, z, k, k_bias, coef, rot, plane, gsum, init, fina
                 HAS_BIAS=k_bias is not None, HALVES=cfg.halves, DOT_DT=ctx.dot_dt, PREC=ctx.prec,
                 num_warps=cfg.warps_chunk, num_stages=cfg.stages)
     blocks = (N // cfg.bn) * (P // cfg.bp)
-    if cfg.scan_states:
+    if _scan_states(ctx, ch.nseq * H * blocks):
         launch(chunk_state_scan_kernel, (ch.nseq * H * blocks,), *common, gsum,
                init if init is not None else st, final, ch.chunk_table, ch.seq_table, ch.max_chunks, ctx.T,
                ctx.sv_t, ctx.sq_t, H, ctx.HPG, ctx.A, **meta, HAS_INIT=init is not None, REVERSE=mode == 1)

@@ -17,8 +17,9 @@ Pipeline (all chunk-parallel except the light state pass; see ``mamba3/ops/commo
 4. ``output_kernel``   per (chunk, head): y_i = e^{cs_i}·S q̃_i + Σ_{j<i} e^{cs_i−cs_j}·scale_j·(q̃_i·k̃_j)·v_j
                        + (D + γ_i·q̂_i·k̂_i)·v_i, out = y ⊙ silu(z).
 
-The same ``chunk_state_kernel`` with MODE=1 computes the backward's local dS (Σ_i e^{cs_i}·dy_i q̃_iᵀ). With
-``SisoConfig.scan_states`` (off by default), steps 2 and 3 — and the backward's local dS with its reverse pass —
+The same ``chunk_state_kernel`` with MODE=1 computes the backward's local dS (Σ_i e^{cs_i}·dy_i q̃_iᵀ). Where
+``function._scan_states`` says so (16-bit dots, equal-length sequences, ≥ 1.5 programs per SM; or
+``SisoConfig.scan_states``), steps 2 and 3 — and the backward's local dS with its reverse pass —
 are one kernel, ``chunk_state_scan_kernel``, that walks each sequence's chunks.
 
 Rotation: a C×BN tile of q or k is loaded as even/odd C×BN/2 halves (``load_pairs``) and rotated in fp32. Two
@@ -149,7 +150,7 @@ def chunk_state_scan_kernel(x_ptr, z_ptr, k_ptr, kb_ptr, coef_ptr, coef_plane, r
                             MODE: tl.constexpr, HAS_Z: tl.constexpr, HAS_BIAS: tl.constexpr,
                             HALVES: tl.constexpr, DOT_DT: tl.constexpr, PREC: tl.constexpr,
                             HAS_INIT: tl.constexpr, REVERSE: tl.constexpr):
-    """``chunk_state_kernel`` and ``common.state_passing`` in one pass (``SisoConfig.scan_states``): a program per
+    """``chunk_state_kernel`` and ``common.state_passing`` in one pass (``function._scan_states``): a program per
     (sequence, head, N block, P block) walks the sequence's chunks in order (REVERSE: from the last), stores the
     running state S entering the chunk (REVERSE: the dS leaving it) into st_ptr, then S ← e^{g_c}·S + the chunk's
     local term (``local_chunk_state``; g_ptr: (nchunks, H) total log-decay per chunk). Start: init_ptr (NS, H, P, N)

@@ -11,9 +11,10 @@ fp32-path footprint), fp32 with N = 16 (fp32 operands on one interleaved 16-wide
 inputs on the fp32-operand path). Why this bounds every shape: no tile grows with N or P
 (the kernels loop or grid over blocks of bn and bp, which depend only on the path), every tile is C×bn, C×bp,
 bp×bn or C×C, and each path's largest chunk is compiled. The four light kernels (chunk sums, rotation
-planes, state passing, angle backward) have tiny dtype-independent tiles and are compiled once. The opt-in
-``SisoConfig.scan_states`` is compiled on the dispatcher's N = P = 128 tiles for bf16 and fp32 (its other kernels
-are the default ones, deduplicated).
+planes, state passing, angle backward) have tiny dtype-independent tiles and are compiled once. The scan
+of ``SisoConfig.scan_states`` (the launcher's choice for large 16-bit grids on a device of known SM count, which an
+AOT target is not; forced for fp32) is compiled on the dispatcher's N = P = 128 tiles for bf16 and fp32 (its other
+kernels are the default ones, deduplicated).
 """
 from __future__ import annotations
 
@@ -28,7 +29,8 @@ from . import function as F
 
 def _problem_classes(default_only: bool = False):
     """(input dtype, explicit chunk or None, N, scan_states); default_only: only the dispatcher's own choices
-    (scan_states is an opt-in: ``SisoConfig.scan_states`` on the dispatcher's tiles, N = P = 128)."""
+    (scan_states: the scan forced on the dispatcher's tiles, N = P = 128: an architecture's spec has no SM count, so
+    the launcher's own rule, ``function._scan_states``, records the chunked path)."""
     yield torch.bfloat16, None, 128, False
     yield torch.float32, None, 128, False
     if not default_only:
