@@ -58,9 +58,9 @@ def test_features(feature, dtype):
 @pytest.mark.parametrize("feature", ["base", "states", "varlen-states", "T-odd"])
 @pytest.mark.parametrize("dtype", ["fp32", "bf16"])
 def test_scan_states(feature, dtype, monkeypatch):
-    """``SisoConfig.scan_states`` forced (the launcher picks it for large 16-bit grids): the chunk states and their pass across chunks
-    in one kernel per (sequence, head, block), forward and the backward's reverse pass, on the dispatcher's tiles
-    at N = P = 128 (two N blocks on the 16-bit path)."""
+    """``SisoConfig.scan_states`` forced (the launcher picks it for large 16-bit grids): the chunk states and their
+    pass across chunks in one kernel per (sequence, head, block), forward and the backward's reverse pass, on the
+    dispatcher's tiles at N = P = 128 (two N blocks on the 16-bit path)."""
     from mamba3.ops.siso.check import force_config
 
     force_config(monkeypatch, scan_states=True)
