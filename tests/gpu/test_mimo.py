@@ -113,9 +113,9 @@ def _bwd16_params():
     # H200, fifteenth session: with 16-bit backward dots the 64-row, 4-warp configurations (P = 32 and 64) return
     # a wrong dq (d_q 0.8-1.3 relative; d_adt, d_angles, the input angle state with it), while the interpreter runs
     # the same configuration within 4.6e-3 and the 32-row (P = 16) and P = 128 ones pass on the H200: a suspected
-    # Triton 3.6 Hopper miscompile like the forward's at P = 32. Strict, so that a fix shows up here. (Sixteenth
-    # session, not yet run on a GPU: the dq kernel's dy tile now reaches its 16-bit operand layout without the
-    # fp32 shared-memory staging these configurations had; if they pass, drop the mark.)
+    # Triton 3.6 Hopper miscompile like the forward's at P = 32. Strict, so that a fix shows up here. (Loading
+    # the dq kernel's dy tile as [CT, R, BP] reshaped to rows, which skips the fp32 shared-memory staging these
+    # configurations have, did not fix them: still wrong on the H200 in the seventeenth session, reverted.)
     known = {"bm64-w4", "bm64-w4-tf32"}
     return [pytest.param(p, cfg, marks=[pytest.mark.xfail(strict=True, reason="wrong dq on the H200")]
                          if cfg.name in known else [], id=f"{p}-{cfg.name}") for p, cfg in _all_configs()]

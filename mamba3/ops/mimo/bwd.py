@@ -32,9 +32,8 @@ import triton
 import triton.language as tl
 
 from ..common.tiles import fast_exp
-from .tiles import (bcast_pairs, dot_operand, later_mask, load_rank_p, load_rows_3d, load_rows_p, load_state_pair, mdot,
-                    mdot_split, pair_weights, rot_pair, rows_of, token_decays, token_strides, token_tile, token_weights,
-                    vtilde)
+from .tiles import (bcast_pairs, dot_operand, later_mask, load_rank_p, load_rows_p, load_state_pair, mdot, mdot_split,
+                    pair_weights, rot_pair, rows_of, token_decays, token_strides, token_tile, token_weights, vtilde)
 
 
 @triton.jit(do_not_specialize=["NBC"])
@@ -128,15 +127,7 @@ def mimo_bwd_dqk_kernel(Q, K, V, ROT, CS, GAM, SCL, QB, KB, PSI, DY, SIN, DSEND,
         ci = tl.load(CS + h * TT + ti, mask=valid, other=0.0)
         if not IS_K:
             # dq̃_i = e^{c_i} S_bᵀ dy_i + Σ_{j ≤ i} (W ∘ dP)_ij k̃_j
-            if DOT_PREC == "bf16" or DOT_PREC == "fp16":
-                # as a [CT, R, BP] load reshaped to rows (the path ṽ takes to the dk kernel's register operand,
-                # right on the H200), not a [BM, BP] load, which Triton 3.6 stages in fp32 through shared memory
-                # into the 16-bit dot-operand layout and rounds there: with that, dq came out wrong on the H200 at
-                # 64 × 32 and 64 × 64 tiles (P = 32, 64), right at 64 × 16 and 32 × 128 (the same staging). A
-                # candidate workaround, not yet run on a GPU (``test_every_config_with_16bit_backward_dots``).
-                dy_i = dot_operand(load_rows_3d(DYh, sy_t, sv_t, tok0, tok1 - tok0, P, R, BM, BP), DOT_PREC)
-            else:
-                dy_i = load_rows_p(DYh, sy_t, sv_t, ti, r, valid, P, BP)  # [BM, BP]
+            dy_i = dot_operand(load_rows_p(DYh, sy_t, sv_t, ti, r, valid, P, BP), DOT_PREC)  # [BM, BP]
             dx1 = tl.zeros((BM, BK), dtype=tl.float32)
             dx2 = tl.zeros((BM, BK), dtype=tl.float32)
             for kt0 in range(tb, tok1, CT):

@@ -151,19 +151,6 @@ def load_rows_p(X, sx_t, sx_r, tok, r, valid, P, BP: tl.constexpr):
 
 
 @triton.jit
-def load_rows_3d(X, sx_t, sx_r, tok0, ntok, P, R: tl.constexpr, BM: tl.constexpr, BP: tl.constexpr):
-    """``load_rows_p`` for the rows of tokens [tok0, tok0 + ntok), loaded as a [CT, R, BP] tile and reshaped to
-    [BM, BP] (same values)."""
-    CT: tl.constexpr = BM // R
-    tt = tl.arange(0, CT)
-    ro = tl.arange(0, R)
-    pp = tl.arange(0, BP)
-    off = ((tok0 + tt).to(tl.int64)[:, None, None] * sx_t + ro[None, :, None] * sx_r + pp[None, None, :])
-    m = (tt < ntok)[:, None, None] & (pp < P)[None, None, :]
-    return tl.reshape(tl.load(X + off, mask=m, other=0.0).to(tl.float32), (BM, BP))
-
-
-@triton.jit
 def load_tok_rows(X, sx_t, tok0, ntok, P, R: tl.constexpr, BM: tl.constexpr, BP: tl.constexpr):
     """[BM, BP] rows of a per-token tensor (X at (token 0, h, 0)): loaded once per token, broadcast over R."""
     CT: tl.constexpr = BM // R
