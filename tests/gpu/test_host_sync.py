@@ -64,10 +64,10 @@ def test_mimo_forward_backward_never_synchronises(states):
 
 @pytest.mark.parametrize("op", ["siso", "mimo"])
 def test_custom_ops_forward_backward_never_synchronise(op):
-    """The same through the torch custom ops (``mamba3::siso`` / ``mimo`` and their backward ops, which replay the
-    forward under autograd: what a ``torch.compile``d model runs). Through them do_bench timed SISO's B8 T4096
-    forward+backward at 10.0-12.0 ms against 7.6 eager with the same summed kernel time (seventeenth session): a
-    synchronisation would explain that, and so would the replay's host time before the backward's first launch."""
+    """The same through the torch custom ops (``mamba3::siso`` / ``mimo`` and their backward ops: what a
+    ``torch.compile``d model runs; SISO's backward op calls the Triton backward directly, MIMO's replays the forward
+    under autograd). Passed on the H200 (eighteenth session): the custom ops' former do_bench gap (SISO B8 T4096
+    12.0 against 7.7 ms eager) was the replay's host time, not a synchronisation."""
     from mamba3.ops import custom_ops
     from mamba3.testing.inputs import mimo_inputs, siso_inputs
 

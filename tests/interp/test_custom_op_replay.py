@@ -1,6 +1,8 @@
 """The torch custom ops' backward (``mamba3::siso_bwd`` / ``mamba3::mimo_bwd``, what a compiled model runs) on the
-Triton kernels under the interpreter: its forward replay skips the kernels' forward work (``common.replay``) and
-still gives the gradients that autograd through the public function gives, final states included."""
+Triton kernels under the interpreter: SISO's calls the Triton backward directly, MIMO's forward replay skips the
+kernels' forward work (``common.replay``); both give the gradients that autograd through the public function
+gives, final states included."""
+import pytest
 import torch
 
 import mamba3
@@ -29,22 +31,34 @@ def _eager_grads(fn, args, names, grads):
     return outs, [torch.zeros_like(x) if g is None else g for x, g in zip([*leaves.values(), *states], got)]
 
 
-def test_siso_backward_op_skips_the_forward_kernels(monkeypatch):
+@pytest.mark.parametrize("case", ["dense-states", "varlen-gqa", "dense-out-grad-only"])
+def test_siso_backward_op_calls_the_triton_backward_directly(monkeypatch, case):
+    """mamba3::siso_bwd on the Triton kernels runs no forward (no output kernel, the chunk states only as the
+    backward's recompute and dS pass) and gives autograd's gradients through the public function, the final k̃ and
+    v states' share (differentiated outside the Function) included; an output without a gradient (None) counts
+    as zeros."""
     from mamba3.ops.siso.check import launched_kernels
 
-    a = siso_inputs(bsz=2, seqlen=21, nheads=2, ngroups=1, dstate=16, headdim=16, nangles=4, states=True, seed=5)
-    out, fin = mamba3.mamba3_siso(**a, return_final_states=True, backend="triton")
+    kw = dict(bsz=2, seqlen=21, nheads=2, ngroups=1, dstate=16, headdim=16, nangles=4, states=True, seed=5)
+    if case == "varlen-gqa":
+        kw.update(bsz=1, seqlen=30, nheads=4, ngroups=2, cu_seqlens=[0, 7, 19, 30])
+    a = siso_inputs(**kw)
+    cu = a.pop("cu_seqlens", None)
+    out, fin = mamba3.mamba3_siso(**a, cu_seqlens=cu, return_final_states=True, backend="triton")
     grads = _output_grads([out, *fin], seed=6)
-    _, want = _eager_grads(mamba3.mamba3_siso, a, SISO_NAMES, grads)
+    if case == "dense-out-grad-only":
+        grads = [grads[0], None, None, None, None]
+    _, want = _eager_grads(lambda **x: mamba3.mamba3_siso(**x, cu_seqlens=cu), a, SISO_NAMES,
+                           [torch.zeros_like(o) if g is None else g for o, g in zip([out, *fin], grads)])
     launched = launched_kernels(monkeypatch)
     tensors = [a[n] for n in SISO_NAMES] + list(a["input_states"])
-    got = custom_ops.siso_bwd_op(grads, *tensors, None, None, "triton", "ieee")
-    # the replay ran no output kernel, and the chunk states once (the backward's own recompute), not twice
+    got = custom_ops.siso_bwd_op(grads, fin[0], *tensors, None, cu, "triton", "ieee")
     assert "output_kernel" not in launched, launched
-    assert launched.count("chunk_state_kernel") == 2, launched  # MODE 0 recompute + MODE 1 (dL)
+    assert launched.count("chunk_state_kernel") == 2, launched  # MODE 0 recompute + MODE 1 (dS)
     names = [n for n, t in zip([*SISO_NAMES, "angle_in", "ssm_in", "k_in", "v_in"], tensors) if t is not None]
     assert len(got) == len(want) == len(names)
     for n, x, y in zip(names, got, want):
+        assert x.dtype == y.dtype, (n, x.dtype, y.dtype)
         assert_rel_close(f"d{n}", x, y, 1e-6)
 
 

@@ -21,7 +21,6 @@ from mamba3.dispatch import DeviceSpec
 from ..common.chunking import make_chunks
 from ..common.cumsum import angle_backward, angle_offsets, chunk_sums, rotation_planes
 from ..common.launch import launch
-from ..common.replay import replaying_for_gradients
 from ..common.state_passing import state_passing
 from .bwd import bwd_dqk_kernel, bwd_dv_kernel, decay_grad_kernel
 from .configs import choose_config, problem_for
@@ -180,10 +179,6 @@ class SisoTritonFn(torch.autograd.Function):
         ctx.meta = (c, has_states)  # sizes, config and chunk tables (no second host sync for varlen)
         ctx.set_materialize_grads(False)
         out = torch.empty_like(v)
-        if replaying_for_gradients():  # only the final angle is read outside (it rotates the final k state)
-            final_angle = _chunk_sums(c, adt, dt, trap, angles, input_states)[3]
-            final_ssm = torch.empty(ch.nseq, c.H, c.P, c.N, device=v.device, dtype=torch.float32)
-            return out, final_angle.to(torch.float32), final_ssm
         (rot, plane), gsum, coef, st, final_angle, final_ssm, _ = _states(
             c, q, k, v, adt, dt, trap, q_bias, k_bias, angles, input_states)
         launch(output_kernel, (ch.nchunks * c.H * (c.P // cfg.bp),), 
@@ -200,102 +195,112 @@ class SisoTritonFn(torch.autograd.Function):
         (q, k, v, adt, dt, trap, q_bias, k_bias, angles, D, z, ang_in, ssm_in, k_in, v_in) = ctx.saved_tensors
         c, has_states = ctx.meta
         input_states = (ang_in, ssm_in, k_in, v_in) if has_states else None
-        ch, cfg = c.chunks, c.cfg
-        H, N, P, A, B, T = c.H, c.N, c.P, c.A, c.B, c.T
-        dev = v.device
-        if dout is None:
-            dout = torch.zeros_like(v)
-        dout = dout.contiguous()
-        (rot, plane), gsum, coef, st, _, _, w0 = _states(c, q, k, v, adt, dt, trap, q_bias, k_bias, angles,
-                                                         input_states)
-        # local dS per chunk and the reverse state pass: the dS arriving at the end of every chunk
-        ds_init = torch.empty(ch.nseq, H, P, N, device=dev, dtype=torch.float32)
-        ds_final = None if dfssm is None else dfssm.float().contiguous()
-        dst = _chunk_states(c, 1, dout, z, q, q_bias, coef, rot, plane, gsum, ds_final, ds_init)
-        # per-chunk gradients
-        dv = torch.empty_like(v)
-        dz = torch.empty_like(z) if z is not None else None
-        npb = P // cfg.bp
-        ddp = torch.empty(npb, ch.nchunks, H, device=dev, dtype=torch.float32)
-        dgam = torch.empty(npb, B, H, T, device=dev, dtype=torch.float32)  # every token is written
-        # per P block: the gradient w.r.t. the within-chunk cumsum cs, the K-into-state term (both per token) and
-        # e^{cs_L}⟨dSe, S⟩ per chunk; decay_grad_kernel scans them into d adt
-        gcs = torch.empty(npb, B, H, T, device=dev, dtype=torch.float32)
-        bterm = torch.empty_like(gcs)
-        kend = torch.empty(npb, ch.nchunks, H, device=dev, dtype=torch.float32)
-        # dy = dO ⊙ silu(z): written by bwd_dv, read by bwd_dqk; without z it is dO. In dO's dtype, except fp16,
-        # which keeps fp32 (dO·silu(z) may overflow fp16 where dO and z do not)
-        dy_dtype = torch.float32 if dout.dtype == torch.float16 else dout.dtype
-        dy = torch.empty_like(dout, dtype=dy_dtype) if z is not None else dout
-        launch(bwd_dv_kernel, (ch.nchunks * H * npb,), 
-            q, k, v, z if z is not None else v, dout, dv, dz if dz is not None else dv, dy,
-            q_bias if q_bias is not None else q, k_bias if k_bias is not None else k, D if D is not None else v,
-            coef, coef.stride(0), rot, plane, st, dst, ddp, dgam, gcs, bterm, kend,
-            ch.chunk_table, T, B, ddp.stride(0), c.sq_t, c.sv_t, H, c.HPG, A,
-            N=N, P=P, C=cfg.chunk, BN=cfg.bn, BP=cfg.bp, HAS_Z=z is not None, HAS_D=D is not None,
-            HAS_BIAS=q_bias is not None, HALVES=cfg.halves, DOT_DT=c.dot_dt, PREC=c.prec,
-            num_warps=cfg.warps_bwd, num_stages=cfg.stages)
-        dadt = torch.empty(B, H, T, device=dev, dtype=torch.float32)  # every token is written
-        launch(decay_grad_kernel, (ch.nchunks * H,), gcs, bterm, kend, dadt, ch.chunk_table, T, B, kend.stride(0), H,
-               NPB=npb, C=cfg.chunk, num_warps=1)
-        del gcs, bterm, kend
-        nbk = N // cfg.bn
-        hs = _head_split(c.HPG, cfg.head_split, ch.nchunks * c.G * nbk, c.sm_count)
-        if hs == 1:
-            dq, dk = torch.empty_like(q), torch.empty_like(k)
-        else:
-            dq = torch.empty((hs,) + tuple(q.shape), device=dev, dtype=torch.float32)
-            dk = torch.empty_like(dq)
-        dsc = torch.empty(nbk, B, H, T, device=dev, dtype=torch.float32)
-        has_bias = q_bias is not None
-        dbq = torch.empty(ch.nchunks, H, N, device=dev, dtype=torch.float32) if has_bias else dsc
-        dbk = torch.empty(ch.nchunks, H, N, device=dev, dtype=torch.float32) if has_bias else dsc
-        R = torch.empty(B, T, H, max(A, 1), device=dev, dtype=torch.float32)  # every (token, angle) is written
-        launch(bwd_dqk_kernel, (ch.nchunks * c.G * hs * nbk,), 
-            q, k, v, dy, dq, dk, q_bias if has_bias else q, k_bias if has_bias else k,
-            coef, coef.stride(0), rot, plane, st, dst, dsc, dbq, dbk, R,
-            ch.chunk_table, T, B, c.sq_t, c.sv_t, H, c.HPG, hs, A,
-            N=N, P=P, C=cfg.chunk, BN=cfg.bn, BP=cfg.bp, HAS_BIAS=has_bias,
-            HALVES=cfg.halves, DOT_DT=c.dot_dt, PREC=c.prec, num_warps=cfg.warps_bwd, num_stages=cfg.stages)
-        del st, dst, rot, dy
-        if hs > 1:
-            dq, dk = dq.sum(0).to(q.dtype), dk.sum(0).to(k.dtype)
-        # angle path (adds the cross-chunk part of dθ)
-        if A > 0:
-            dang, ddt_ang, dang_in = angle_backward(R[..., :A], dfa, angles, dt, ch, H, A)
-        else:
-            dang, ddt_ang, dang_in = torch.zeros_like(angles, dtype=torch.float32), 0.0, None
-        # trapezoid coefficients: γ_t = λ_t dt_t, scale_{t-1} ∋ (1-λ_t) dt_t
-        dscale = dsc.sum(0)
-        dgam = dgam.sum(0)
-        dprev = torch.zeros_like(dscale)
-        dprev[:, :, 1:] = dscale[:, :, :-1]
-        grads_states = (None,) * 4
-        if has_states:
-            dssm_in = ds_init
-            vi, ki = v_in.float(), k_in.float()
-            dk_in = w0[..., None] * torch.einsum("shpn,shp->shn", ds_init, vi)
-            dv_in = w0[..., None] * torch.einsum("shpn,shn->shp", ds_init, ki)
-            dw0 = torch.einsum("shpn,shp,shn->sh", ds_init, vi, ki)
-            dprev[ch.seq_bidx, :, ch.seq_start_tok] = dw0
-            grads_states = (None if dang_in is None else dang_in.to(ang_in.dtype), dssm_in.to(ssm_in.dtype),
-                            dk_in.to(k_in.dtype), dv_in.to(v_in.dtype))
-        else:
-            # a device zero: a Python scalar would reach index_put_ as a host tensor, copied from pageable memory,
-            # which synchronises the stream (the host then waited for the GPU in the middle of every backward)
-            dprev[ch.seq_bidx, :, ch.seq_start_tok] = dprev.new_zeros(())
-        lam = torch.sigmoid(trap.float())
-        dtf = dt.float()
-        dgt = dgam + dscale
-        ddt = dgt * lam + dprev * (1 - lam) + ddt_ang
-        dtrap = (dgt - dprev) * dtf * lam * (1 - lam)
-        dD = ddp.sum((0, 1)).to(D.dtype) if D is not None else None
-        dqb = dbq.sum(0).to(q_bias.dtype) if has_bias else None
-        dkb = dbk.sum(0).to(k_bias.dtype) if has_bias else None
-        if has_states and grads_states[0] is None:
-            grads_states = (torch.zeros_like(ang_in),) + grads_states[1:]
-        return (dq, dk, dv, dadt.to(adt.dtype), ddt.to(dt.dtype), dtrap.to(trap.dtype), dqb, dkb,
-                dang.to(angles.dtype), dD, dz, *grads_states, None, None, None)
+        return _backward(c, (q, k, v, adt, dt, trap, q_bias, k_bias, angles, D, z), input_states, dout, dfa, dfssm)
+
+
+def _backward(c, tensors, input_states, dout, dfa, dfssm):
+    """SisoTritonFn's gradients (every input's, in its order) from its output gradients: recomputes the chunk
+    states, the reverse state pass, the two per-chunk gradient kernels and the angle backward."""
+    q, k, v, adt, dt, trap, q_bias, k_bias, angles, D, z = tensors
+    has_states = input_states is not None
+    if has_states:
+        ang_in, ssm_in, k_in, v_in = input_states
+    ch, cfg = c.chunks, c.cfg
+    H, N, P, A, B, T = c.H, c.N, c.P, c.A, c.B, c.T
+    dev = v.device
+    if dout is None:
+        dout = torch.zeros_like(v)
+    dout = dout.contiguous()
+    (rot, plane), gsum, coef, st, _, _, w0 = _states(c, q, k, v, adt, dt, trap, q_bias, k_bias, angles,
+                                                     input_states)
+    # local dS per chunk and the reverse state pass: the dS arriving at the end of every chunk
+    ds_init = torch.empty(ch.nseq, H, P, N, device=dev, dtype=torch.float32)
+    ds_final = None if dfssm is None else dfssm.float().contiguous()
+    dst = _chunk_states(c, 1, dout, z, q, q_bias, coef, rot, plane, gsum, ds_final, ds_init)
+    # per-chunk gradients
+    dv = torch.empty_like(v)
+    dz = torch.empty_like(z) if z is not None else None
+    npb = P // cfg.bp
+    ddp = torch.empty(npb, ch.nchunks, H, device=dev, dtype=torch.float32)
+    dgam = torch.empty(npb, B, H, T, device=dev, dtype=torch.float32)  # every token is written
+    # per P block: the gradient w.r.t. the within-chunk cumsum cs, the K-into-state term (both per token) and
+    # e^{cs_L}⟨dSe, S⟩ per chunk; decay_grad_kernel scans them into d adt
+    gcs = torch.empty(npb, B, H, T, device=dev, dtype=torch.float32)
+    bterm = torch.empty_like(gcs)
+    kend = torch.empty(npb, ch.nchunks, H, device=dev, dtype=torch.float32)
+    # dy = dO ⊙ silu(z): written by bwd_dv, read by bwd_dqk; without z it is dO. In dO's dtype, except fp16,
+    # which keeps fp32 (dO·silu(z) may overflow fp16 where dO and z do not)
+    dy_dtype = torch.float32 if dout.dtype == torch.float16 else dout.dtype
+    dy = torch.empty_like(dout, dtype=dy_dtype) if z is not None else dout
+    launch(bwd_dv_kernel, (ch.nchunks * H * npb,), 
+        q, k, v, z if z is not None else v, dout, dv, dz if dz is not None else dv, dy,
+        q_bias if q_bias is not None else q, k_bias if k_bias is not None else k, D if D is not None else v,
+        coef, coef.stride(0), rot, plane, st, dst, ddp, dgam, gcs, bterm, kend,
+        ch.chunk_table, T, B, ddp.stride(0), c.sq_t, c.sv_t, H, c.HPG, A,
+        N=N, P=P, C=cfg.chunk, BN=cfg.bn, BP=cfg.bp, HAS_Z=z is not None, HAS_D=D is not None,
+        HAS_BIAS=q_bias is not None, HALVES=cfg.halves, DOT_DT=c.dot_dt, PREC=c.prec,
+        num_warps=cfg.warps_bwd, num_stages=cfg.stages)
+    dadt = torch.empty(B, H, T, device=dev, dtype=torch.float32)  # every token is written
+    launch(decay_grad_kernel, (ch.nchunks * H,), gcs, bterm, kend, dadt, ch.chunk_table, T, B, kend.stride(0), H,
+           NPB=npb, C=cfg.chunk, num_warps=1)
+    del gcs, bterm, kend
+    nbk = N // cfg.bn
+    hs = _head_split(c.HPG, cfg.head_split, ch.nchunks * c.G * nbk, c.sm_count)
+    if hs == 1:
+        dq, dk = torch.empty_like(q), torch.empty_like(k)
+    else:
+        dq = torch.empty((hs,) + tuple(q.shape), device=dev, dtype=torch.float32)
+        dk = torch.empty_like(dq)
+    dsc = torch.empty(nbk, B, H, T, device=dev, dtype=torch.float32)
+    has_bias = q_bias is not None
+    dbq = torch.empty(ch.nchunks, H, N, device=dev, dtype=torch.float32) if has_bias else dsc
+    dbk = torch.empty(ch.nchunks, H, N, device=dev, dtype=torch.float32) if has_bias else dsc
+    R = torch.empty(B, T, H, max(A, 1), device=dev, dtype=torch.float32)  # every (token, angle) is written
+    launch(bwd_dqk_kernel, (ch.nchunks * c.G * hs * nbk,), 
+        q, k, v, dy, dq, dk, q_bias if has_bias else q, k_bias if has_bias else k,
+        coef, coef.stride(0), rot, plane, st, dst, dsc, dbq, dbk, R,
+        ch.chunk_table, T, B, c.sq_t, c.sv_t, H, c.HPG, hs, A,
+        N=N, P=P, C=cfg.chunk, BN=cfg.bn, BP=cfg.bp, HAS_BIAS=has_bias,
+        HALVES=cfg.halves, DOT_DT=c.dot_dt, PREC=c.prec, num_warps=cfg.warps_bwd, num_stages=cfg.stages)
+    del st, dst, rot, dy
+    if hs > 1:
+        dq, dk = dq.sum(0).to(q.dtype), dk.sum(0).to(k.dtype)
+    # angle path (adds the cross-chunk part of dθ)
+    if A > 0:
+        dang, ddt_ang, dang_in = angle_backward(R[..., :A], dfa, angles, dt, ch, H, A)
+    else:
+        dang, ddt_ang, dang_in = torch.zeros_like(angles, dtype=torch.float32), 0.0, None
+    # trapezoid coefficients: γ_t = λ_t dt_t, scale_{t-1} ∋ (1-λ_t) dt_t
+    dscale = dsc.sum(0)
+    dgam = dgam.sum(0)
+    dprev = torch.zeros_like(dscale)
+    dprev[:, :, 1:] = dscale[:, :, :-1]
+    grads_states = (None,) * 4
+    if has_states:
+        dssm_in = ds_init
+        vi, ki = v_in.float(), k_in.float()
+        dk_in = w0[..., None] * torch.einsum("shpn,shp->shn", ds_init, vi)
+        dv_in = w0[..., None] * torch.einsum("shpn,shn->shp", ds_init, ki)
+        dw0 = torch.einsum("shpn,shp,shn->sh", ds_init, vi, ki)
+        dprev[ch.seq_bidx, :, ch.seq_start_tok] = dw0
+        grads_states = (None if dang_in is None else dang_in.to(ang_in.dtype), dssm_in.to(ssm_in.dtype),
+                        dk_in.to(k_in.dtype), dv_in.to(v_in.dtype))
+    else:
+        # a device zero: a Python scalar would reach index_put_ as a host tensor, copied from pageable memory,
+        # which synchronises the stream (the host then waited for the GPU in the middle of every backward)
+        dprev[ch.seq_bidx, :, ch.seq_start_tok] = dprev.new_zeros(())
+    lam = torch.sigmoid(trap.float())
+    dtf = dt.float()
+    dgt = dgam + dscale
+    ddt = dgt * lam + dprev * (1 - lam) + ddt_ang
+    dtrap = (dgt - dprev) * dtf * lam * (1 - lam)
+    dD = ddp.sum((0, 1)).to(D.dtype) if D is not None else None
+    dqb = dbq.sum(0).to(q_bias.dtype) if has_bias else None
+    dkb = dbk.sum(0).to(k_bias.dtype) if has_bias else None
+    if has_states and grads_states[0] is None:
+        grads_states = (torch.zeros_like(ang_in),) + grads_states[1:]
+    return (dq, dk, dv, dadt.to(adt.dtype), ddt.to(dt.dtype), dtrap.to(trap.dtype), dqb, dkb,
+            dang.to(angles.dtype), dD, dz, *grads_states, None, None, None)
 
 
 def siso_triton(q, k, v, adt, dt, trap, q_bias, k_bias, angles, D, z, input_states, chunk_size, cu_seqlens,
@@ -303,26 +308,68 @@ def siso_triton(q, k, v, adt, dt, trap, q_bias, k_bias, angles, D, z, input_stat
     """SISO Mamba-3 on the Triton kernels. Returns (out, (angle, ssm, k, v) final states); see ARCHITECTURE.md."""
     if v.dtype == torch.float64 or q.dtype == torch.float64:
         raise TypeError("the SISO Triton kernels compute in fp32; use backend='reference' for float64 inputs")
-    if (q_bias is None) != (k_bias is None):  # the kernels take both biases or none: a missing one is zeros
-        ref = k_bias if q_bias is None else q_bias
-        zeros = torch.zeros_like(ref)
-        q_bias = zeros if q_bias is None else q_bias
-        k_bias = zeros if k_bias is None else k_bias
+    q_bias, k_bias = _both_biases(q_bias, k_bias)
     ins = input_states if input_states is not None else (None, None, None, None)
     out, fa, fs = SisoTritonFn.apply(q, k, v, adt, dt, trap, q_bias, k_bias, angles, D, z, *ins,
                                      cu_seqlens, chunk_size, precision)
     # final k̃ and v: O(NS·H·N) torch ops on the last token of every sequence (autograd routes their gradients,
     # the angle part into the final angle state's gradient, which the Function handles)
+    last = _last_tokens(v, cu_seqlens)
+    fk = _rotate_pairs(_final_k_input(k, k_bias, last, v.shape[2]), fa)
+    return out, (fa, fs, fk, v[last])
+
+
+def siso_triton_backward(q, k, v, adt, dt, trap, q_bias, k_bias, angles, D, z, input_states, chunk_size,
+                         cu_seqlens, precision, final_angle, grads):
+    """What autograd through :func:`siso_triton` returns, without running its forward (the ``mamba3::siso`` custom
+    op's backward): the gradients of q … z and of the input states' four tensors (15 entries, None for an absent
+    tensor), from grads = the gradients of (out, angle, ssm, k, v) (each may be None) and the final angle state the
+    forward returned. The final k̃ = R(θ_final)(k_last + k_bias) is differentiated here, by the formulas autograd
+    uses (so a compiled step gives the eager gradients), the rest by :class:`SisoTritonFn`'s backward."""
+    given = (q_bias is not None, k_bias is not None)
+    q_bias, k_bias = _both_biases(q_bias, k_bias)
+    tensors = tuple(_c(x) for x in (q, k, v, adt, dt, trap, q_bias, k_bias, angles, D, z))
+    states = None if input_states is None else tuple(_c(x) for x in input_states)
+    dout, dfa, dfssm, dfk, dfv = grads
+    last = _last_tokens(v, cu_seqlens)
+    dkl = None
+    if dfk is not None:
+        dkl, dtheta = _rotate_pairs_backward(_final_k_input(k, k_bias, last, v.shape[2]), final_angle, dfk)
+        dfa = dtheta if dfa is None else dfa + dtheta
+    c = _Ctx(tensors[0], tensors[2], tensors[8], tensors[3], chunk_size, cu_seqlens, precision)
+    g = list(_backward(c, tensors, states, dout, dfa, dfssm)[:15])
+    if dkl is not None:  # autograd's order: to k's dtype, then the sum over a group's heads
+        ns, heads, n = dkl.shape
+        g[1][last] += dkl.to(k.dtype).view(ns, k.shape[2], heads // k.shape[2], n).sum(2)
+        g[7] = g[7] + dkl.sum(0).to(k_bias.dtype)
+    if dfv is not None:
+        g[2][last] += dfv
+    for i, present in ((6, given[0]), (7, given[1])):
+        if not present:  # a bias the caller left out (zeros above) has no gradient
+            g[i] = None
+    return g
+
+
+def _both_biases(q_bias, k_bias):
+    """The kernels take both biases or none: a missing one is zeros."""
+    if (q_bias is None) != (k_bias is None):
+        zeros = torch.zeros_like(k_bias if q_bias is None else q_bias)
+        q_bias = zeros if q_bias is None else q_bias
+        k_bias = zeros if k_bias is None else k_bias
+    return q_bias, k_bias
+
+
+def _last_tokens(v, cu_seqlens):
+    """The index of every sequence's last token in (B, T, …) tensors."""
     if cu_seqlens is None:
-        last = (slice(None), -1)
-    else:
-        last = (0, (cu_seqlens[1:].long() - 1).to(v.device, non_blocking=True))  # a host cu_seqlens: no sync
-    fv = v[last]
-    kl = k[last].repeat_interleave(v.shape[2] // k.shape[2], dim=1).float()
-    if k_bias is not None:
-        kl = kl + k_bias.float()
-    fk = _rotate_pairs(kl, fa)
-    return out, (fa, fs, fk, fv)
+        return (slice(None), -1)
+    return (0, (cu_seqlens[1:].long() - 1).to(v.device, non_blocking=True))  # a host cu_seqlens: no sync
+
+
+def _final_k_input(k, k_bias, last, nheads):
+    """k + k_bias at every sequence's last token, per head, fp32 (NS, H, N): what the final k̃ state rotates."""
+    kl = k[last].repeat_interleave(nheads // k.shape[2], dim=1).float()
+    return kl if k_bias is None else kl + k_bias.float()
 
 
 def _rotate_pairs(x, theta):
@@ -335,3 +382,17 @@ def _rotate_pairs(x, theta):
     c, s = torch.cos(theta), torch.sin(theta)
     rot = torch.stack((xe * c - xo * s, xe * s + xo * c), -1).flatten(-2)
     return torch.cat((rot, x[..., 2 * A:]), -1)
+
+
+def _rotate_pairs_backward(x, theta, dy):
+    """(dx, dθ) of y = _rotate_pairs(x, θ) for dy, as autograd computes them."""
+    A = theta.shape[-1]
+    dy = dy.to(x.dtype)
+    if A == 0:
+        return dy, torch.zeros_like(theta)
+    xe, xo = x[..., : 2 * A].unflatten(-1, (A, 2)).unbind(-1)
+    dye, dyo = dy[..., : 2 * A].unflatten(-1, (A, 2)).unbind(-1)
+    c, s = torch.cos(theta), torch.sin(theta)
+    dx = torch.stack((dye * c + dyo * s, dyo * c - dye * s), -1).flatten(-2)
+    dtheta = (dyo * xe - dye * xo) * c - (dye * xe + dyo * xo) * s
+    return torch.cat((dx, dy[..., 2 * A:]), -1), dtheta
