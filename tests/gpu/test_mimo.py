@@ -153,7 +153,8 @@ def test_new_length_does_not_recompile():
 
     kernels = [fwd.mimo_chunk_state_kernel, state_passing_kernel, fwd.mimo_out_kernel,
                bwd.mimo_state_bwd_kernel, bwd.mimo_bwd_dqk_kernel, bwd.mimo_bwd_dv_kernel,
-               cumsum.chunk_sums_kernel, cumsum.rotation_kernel, cumsum.angle_totals_kernel, cumsum.angle_bwd_kernel]
+               cumsum.chunk_sums_kernel, cumsum.rotation_kernel, cumsum.angle_totals_kernel, cumsum.angle_bwd_kernel,
+               cumsum.chunk_prefix_kernel]
 
     def count():
         return sum(len(k.device_caches[d][0]) for k in kernels for d in list(k.device_caches))

@@ -214,7 +214,8 @@ def test_new_T_and_B_do_not_recompile():
 
     kernels = [fwd.chunk_state_kernel, fwd.output_kernel, bwd.bwd_dv_kernel, bwd.bwd_dqk_kernel,
                bwd.decay_grad_kernel, cumsum.chunk_sums_kernel, cumsum.rotation_kernel,
-               state_passing.state_passing_kernel, cumsum.angle_totals_kernel, cumsum.angle_bwd_kernel]
+               state_passing.state_passing_kernel, cumsum.angle_totals_kernel, cumsum.angle_bwd_kernel,
+               cumsum.chunk_prefix_kernel, bwd.trap_grad_kernel]
 
     def n_compiled():
         dev = torch.cuda.current_device()

@@ -15,12 +15,22 @@ Contract (used by SISO and MIMO kernels alike):
 
 A dense batch (B, T) is NS = B sequences of length T and needs no host synchronisation; varlen reads
 ``cu_seqlens`` on the host once (no synchronisation either when ``cu_seqlens`` is a CPU tensor).
+
+The tables are read-only, so :func:`make_chunks` keeps the last ``_CACHE_SIZE`` of them (per shape or
+``cu_seqlens`` values, chunk size, device and stream): every layer of a model, and a backward after its forward,
+reuses them instead of rebuilding them with ≈ 15 small launches (dense) or a Python loop and three copies
+(varlen). Not while a CUDA graph is being captured: tensors made then hold their values only in the graph's replays,
+and a cached table the graph read could be freed by the cache while the graph lives.
 """
 from __future__ import annotations
 
+from collections import OrderedDict
 from dataclasses import dataclass
 
 import torch
+
+_CACHE_SIZE = 32
+_CACHE: OrderedDict = OrderedDict()
 
 
 @dataclass
@@ -40,8 +50,30 @@ class Chunks:
 
 
 def make_chunks(bsz: int, seqlen: int, chunk_size: int, cu_seqlens: torch.Tensor | None, device) -> Chunks:
-    C = int(chunk_size)
-    if cu_seqlens is None:
+    """The chunk tables of a dense (B, T) batch or of packed sequences (``cu_seqlens``), cached (module docstring)."""
+    device = torch.device(device)
+    cu = None if cu_seqlens is None else tuple(int(x) for x in cu_seqlens.tolist())
+    if device.type == "cuda":
+        if device.index is None:
+            device = torch.device("cuda", torch.cuda.current_device())
+        if torch.cuda.is_current_stream_capturing():
+            return _build(bsz, seqlen, int(chunk_size), cu, device)
+        stream = torch.cuda.current_stream(device).cuda_stream
+    else:
+        stream = 0
+    key = (bsz, seqlen, cu, int(chunk_size), device, stream)
+    chunks = _CACHE.get(key)
+    if chunks is None:
+        chunks = _CACHE[key] = _build(bsz, seqlen, int(chunk_size), cu, device)
+        if len(_CACHE) > _CACHE_SIZE:
+            _CACHE.popitem(last=False)
+    else:
+        _CACHE.move_to_end(key)
+    return chunks
+
+
+def _build(bsz: int, seqlen: int, C: int, cu: tuple | None, device) -> Chunks:
+    if cu is None:
         ncs = (seqlen + C - 1) // C
         NS = bsz
         nchunks = NS * ncs
@@ -57,7 +89,6 @@ def make_chunks(bsz: int, seqlen: int, chunk_size: int, cu_seqlens: torch.Tensor
         seq_table = torch.stack([seq_first, torch.full_like(s, ncs)], 1).to(torch.int32).contiguous()
         return Chunks(C, nchunks, NS, table, seq_table, b, seq_first, seq_first + ncs - 1,
                       torch.zeros_like(s), torch.full_like(s, seqlen - 1), s, ncs)
-    cu = [int(x) for x in cu_seqlens.tolist()]
     rows, seqs = [], []
     for s in range(len(cu) - 1):
         start, end = cu[s], cu[s + 1]

@@ -7,7 +7,7 @@ Contract
     Σ_{t∈c} π·tanh(φ_{t,a})·dt_t (per head, also when the angles are shared across heads), and per token the
     planes cs (within-chunk cumsum of adt), γ and scale of ``tiles.chunk_scalars``, which the SISO chunk kernels
     load (``tiles.chunk_coefficients``). One program per (chunk, head).
-``angle_offsets(asum, chunks, angle_state)`` → ``(offset (nchunks, H, A) fp32, final_angle (NS, H, A) fp32)``:
+``angle_offsets(asum, chunks, angle_state)`` → ``(offset (nchunks, H, A) fp32, final_angle (NS, H, A) float64)``:
     θ at the start of chunk c is offset[c] + (within-chunk cumsum), offset[c] = (θ_init + Σ_{c'<c} asum[c']) mod 2π.
     The prefix runs in float64 over chunk sums wrapped mod 2π, so the angles' precision does not depend on T.
 ``rotation_planes(angles, dt, offset, chunks, nheads, nangles)`` → ``(rot (2, B, T, H, A) fp32, plane)``: sin θ and
@@ -30,8 +30,6 @@ Layouts: adt, dt (B, H, T) with unit time stride; angles (B, T, H, A) or shared 
 """
 from __future__ import annotations
 
-import math
-
 import torch
 import triton
 import triton.language as tl
@@ -40,8 +38,6 @@ from .chunking import Chunks
 from .launch import launch
 from .tiles import (PI, batch_strides, chunk_row, chunk_scalars, head_angle_rows, sincos,
                     tanh_sech2, wrap_angle)
-
-TWO_PI = 2.0 * math.pi
 
 
 @triton.jit(do_not_specialize=["T", "coef_plane"])
@@ -206,24 +202,62 @@ def rotation_planes(angles, dt, offset, chunks: Chunks, nheads: int, nangles: in
     return rot, plane
 
 
-def _cumsum_chunks(x):
-    """cumsum over the chunk axis (dim 0) of a small (nchunks, H, A) float64 tensor; scanned along the
-    contiguous last axis (torch's outer-dim scan is much slower)."""
-    return torch.cumsum(x.movedim(0, -1).contiguous(), -1).movedim(-1, 0)
+@triton.jit
+def chunk_prefix_kernel(x_ptr, init_ptr, out_ptr, end_ptr, seq_ptr, HA, BLOCK: tl.constexpr, CHUNKS: tl.constexpr,
+                        HAS_INIT: tl.constexpr, WRAP: tl.constexpr, REVERSE: tl.constexpr):
+    """The float64 exclusive prefix over one sequence's chunks of x (nchunks, HA) for BLOCK columns: out[c] (fp32)
+    = init + Σ of the chunks before c (after c: REVERSE), end (float64) = init + Σ of all; with WRAP every term and
+    result is taken mod 2π. One thread per column walks the chunks in order; CHUNKS chunks' values are loaded
+    before the first of them is used, so that many loads are in flight per thread."""
+    s = tl.program_id(0).to(tl.int64)
+    col = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    cm = col < HA
+    first = tl.load(seq_ptr + 2 * s).to(tl.int64)
+    count = tl.load(seq_ptr + 2 * s + 1)
+    if HAS_INIT:
+        acc = tl.load(init_ptr + s * HA + col, mask=cm, other=0.0).to(tl.float64)
+    else:
+        acc = tl.zeros([BLOCK], dtype=tl.float64)
+    for j0 in range(0, count, CHUNKS):
+        xs = ()
+        for j in tl.static_range(CHUNKS):
+            c = first + (count - 1 - j0 - j if REVERSE else j0 + j)
+            xs = xs + (tl.load(x_ptr + c * HA + col, mask=cm & (j0 + j < count), other=0.0).to(tl.float64),)
+        for j in tl.static_range(CHUNKS):
+            c = first + (count - 1 - j0 - j if REVERSE else j0 + j)
+            m = cm & (j0 + j < count)
+            if WRAP:
+                tl.store(out_ptr + c * HA + col, wrap_angle(acc).to(tl.float32), mask=m)
+                acc += wrap_angle(xs[j])
+            else:
+                tl.store(out_ptr + c * HA + col, acc.to(tl.float32), mask=m)
+                acc += xs[j]
+    tl.store(end_ptr + s * HA + col, wrap_angle(acc) if WRAP else acc, mask=cm)
+
+
+# columns per program of chunk_prefix_kernel (one per thread at 4 warps) and chunks loaded per block
+_PREFIX_BLOCK = 128
+_PREFIX_CHUNKS = 8
+
+
+def _chunk_prefix(x, chunks: Chunks, init, wrap: bool, reverse: bool):
+    """(out (nchunks, H, A) fp32, end (NS, H, A) float64) of :func:`chunk_prefix_kernel` for x (nchunks, H, A)."""
+    nchunks, nheads, nangles = x.shape
+    out = torch.empty(nchunks, nheads, nangles, device=x.device, dtype=torch.float32)
+    end = torch.empty(chunks.nseq, nheads, nangles, device=x.device, dtype=torch.float64)
+    ha = nheads * nangles
+    if ha:
+        launch(chunk_prefix_kernel, (chunks.nseq, triton.cdiv(ha, _PREFIX_BLOCK)), x.contiguous(),
+               init.contiguous() if init is not None else x, out, end, chunks.seq_table, ha, BLOCK=_PREFIX_BLOCK,
+               CHUNKS=_PREFIX_CHUNKS, HAS_INIT=init is not None, WRAP=wrap, REVERSE=reverse,
+               num_warps=_PREFIX_BLOCK // 32)
+    return out, end
 
 
 def angle_offsets(asum: torch.Tensor, chunks: Chunks, angle_state: torch.Tensor | None):
-    """θ offset of every chunk (fp32, in [0, 2π)) and the final angle state; float64 prefix over wrapped sums."""
-    w = torch.remainder(asum.to(torch.float64), TWO_PI)
-    incl = _cumsum_chunks(w)
-    excl = incl - w
-    excl = excl - excl[chunks.seq_first][chunks.chunk_seq]
-    end = excl[chunks.seq_last] + w[chunks.seq_last]
-    if angle_state is not None:
-        st = angle_state.to(torch.float64)
-        excl = excl + st[chunks.chunk_seq]
-        end = end + st
-    return torch.remainder(excl, TWO_PI).to(torch.float32).contiguous(), torch.remainder(end, TWO_PI)
+    """θ offset of every chunk (fp32, in [0, 2π)) and the final angle state (float64): a float64 prefix over the
+    chunk sums wrapped mod 2π, from the angle state (one launch; it was ≈ 20 small torch ops of host time)."""
+    return _chunk_prefix(asum, chunks, angle_state, wrap=True, reverse=False)
 
 
 @triton.jit(do_not_specialize=["T"])
@@ -316,16 +350,8 @@ def angle_backward(R, dfinal_angle, angles, dt, chunks: Chunks, nheads: int, nan
     doff = torch.empty(chunks.nchunks, nheads, nangles, device=dev, dtype=torch.float32)  # dθ summed per chunk
     launch(angle_totals_kernel, (chunks.nchunks * nheads,), R, doff, chunks.chunk_table, T, nheads, nangles,
            C=chunks.chunk_size, BA=ba, num_warps=_angle_totals_warps(ba))
-    doff = doff.to(torch.float64)
-    tot = _cumsum_chunks(doff)
-    seq_end_tot = tot[chunks.seq_last]  # (NS, H, A)
-    dlater = seq_end_tot[chunks.chunk_seq] - tot
-    seq_sum = seq_end_tot - (tot[chunks.seq_first] - doff[chunks.seq_first])
-    if dfinal_angle is not None:
-        dfa = dfinal_angle.to(torch.float64)
-        dlater = dlater + dfa[chunks.chunk_seq]
-        seq_sum = seq_sum + dfa
-    dlater = dlater.to(torch.float32).contiguous()
+    # dθ of every later chunk of the sequence and of the final angle (float64 sums), and the sequence's total
+    dlater, seq_sum = _chunk_prefix(doff, chunks, dfinal_angle, wrap=False, reverse=True)
     shared, sa_t, sa_h = _angle_strides(angles, nheads, nangles)
     bh = min(triton.next_power_of_2(nheads), max(1, _ANGLE_BWD_ELEMS // ba))
     nhb = triton.cdiv(nheads, bh)

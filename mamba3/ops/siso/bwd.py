@@ -158,6 +158,47 @@ def decay_grad_kernel(gcs_ptr, bterm_ptr, kend_ptr, dadt_ptr, table_ptr, T, NB_B
     tl.store(dadt_ptr + tok, dadt, mask=m)
 
 
+@triton.jit(do_not_specialize=["T", "NB_B"])
+def trap_grad_kernel(dsc_ptr, dgam_ptr, dt_ptr, trap_ptr, dang_ptr, dw0_ptr, start_ptr, ddt_ptr, dtrap_ptr,
+                     table_ptr, T, NB_B, H, NBK: tl.constexpr, NPB: tl.constexpr, C: tl.constexpr,
+                     HAS_ANG: tl.constexpr, HAS_W0: tl.constexpr):
+    """d dt and d trap of one (chunk, head) from the per-block partials of dγ (NPB, from bwd_dv) and d scale (NBK,
+    from bwd_dqk), with γ_t = λ_t dt_t and scale_t ∋ (1 − λ_{t+1}) dt_{t+1}, λ = σ(trap): the gradient reaching
+    (1 − λ_t) dt_t is d scale_{t−1} (d w0 of the input state at a sequence's first token, 0 without one), so
+        d dt_t = (dγ_t + dscale_t) λ_t + dprev_t (1 − λ_t) + d dt_t (angles),
+        d trap_t = (dγ_t + dscale_t − dprev_t) dt_t λ_t (1 − λ_t).
+    One launch for what were ≈ 20 small torch ops (host time)."""
+    _, _, s_h, s_b, _ = batch_strides(T, H, 0, 0, 0)
+    pid = tl.program_id(0).to(tl.int64)
+    c = pid // H
+    h = pid % H
+    bidx, t0, L, _ = chunk_row(table_ptr, c)
+    seq = tl.load(table_ptr + c * 5 + 3)
+    start = tl.load(start_ptr + seq)
+    i = tl.arange(0, C)
+    m = i < L
+    t = t0 + i
+    tok = bidx * s_b + h * s_h + t
+    first = t == start
+    dscale = tl.zeros([C], dtype=tl.float32)
+    dprev = tl.zeros([C], dtype=tl.float32)
+    for nb in tl.static_range(NBK):
+        dscale += tl.load(dsc_ptr + nb * NB_B * s_b + tok, mask=m, other=0.0)
+        dprev += tl.load(dsc_ptr + nb * NB_B * s_b + tok - 1, mask=m & ~first, other=0.0)
+    if HAS_W0:
+        dprev = tl.where(first, tl.load(dw0_ptr + seq * H + h), dprev)
+    dgt = dscale
+    for pb in tl.static_range(NPB):
+        dgt += tl.load(dgam_ptr + pb * NB_B * s_b + tok, mask=m, other=0.0)
+    lam = tl.sigmoid(tl.load(trap_ptr + tok, mask=m, other=0.0).to(tl.float32))
+    dtv = tl.load(dt_ptr + tok, mask=m, other=0.0).to(tl.float32)
+    ddt = dgt * lam + dprev * (1.0 - lam)
+    if HAS_ANG:
+        ddt += tl.load(dang_ptr + tok, mask=m, other=0.0)
+    tl.store(ddt_ptr + tok, ddt.to(ddt_ptr.dtype.element_ty), mask=m)
+    tl.store(dtrap_ptr + tok, ((dgt - dprev) * dtv * lam * (1.0 - lam)).to(dtrap_ptr.dtype.element_ty), mask=m)
+
+
 @triton.jit
 def exact_dot(a, b, DT: tl.constexpr, PREC: tl.constexpr):
     """a·b with a in DT and b an fp32 tile: fp32 dots take b as is; 16-bit dots take b as hi + lo halves, so the

@@ -22,7 +22,7 @@ from ..common.chunking import make_chunks
 from ..common.cumsum import angle_backward, angle_offsets, chunk_sums, rotation_planes
 from ..common.launch import launch
 from ..common.state_passing import state_passing
-from .bwd import bwd_dqk_kernel, bwd_dv_kernel, decay_grad_kernel
+from .bwd import bwd_dqk_kernel, bwd_dv_kernel, decay_grad_kernel, trap_grad_kernel
 from .configs import choose_config, problem_for
 from .fwd import chunk_state_kernel, chunk_state_scan_kernel, output_kernel
 
@@ -117,25 +117,28 @@ def _s_init(ctx, dt, trap, input_states):
     return s0.contiguous(), w0
 
 
-def _chunk_sums(ctx, adt, dt, trap, angles, input_states):
+def _chunk_sums(ctx, adt, dt, trap, angles, input_states, off=None):
     """Forward step 1: per-chunk decay sums, the per-token coefficient table (cs, γ, scale), the float64 θ offset
-    of every chunk and the final angle state."""
+    of every chunk and the final angle state (None when ``off`` is given: the forward's offsets, reused by its
+    backward, which needs no final angle)."""
     gsum, asum, coef = chunk_sums(adt, dt, trap, angles, ctx.chunks, ctx.H, ctx.A)
+    if off is not None:
+        return gsum, coef, off, None
     off, final_angle = angle_offsets(asum, ctx.chunks, None if input_states is None else input_states[0])
     return gsum, coef, off, final_angle
 
 
-def _states(ctx, q, k, v, adt, dt, trap, q_bias, k_bias, angles, input_states):
-    """Forward steps 1–3: θ offsets, the per-token coefficient table (cs, γ, scale) and the fp32 state entering
-    every chunk (nchunks, H, P, N)."""
+def _states(ctx, q, k, v, adt, dt, trap, q_bias, k_bias, angles, input_states, off=None):
+    """Forward steps 1–3: θ offsets (``off``: already known), the per-token coefficient table (cs, γ, scale) and
+    the fp32 state entering every chunk (nchunks, H, P, N)."""
     ch, cfg = ctx.chunks, ctx.cfg
     H, N, P, A = ctx.H, ctx.N, ctx.P, ctx.A
-    gsum, coef, off, final_angle = _chunk_sums(ctx, adt, dt, trap, angles, input_states)
+    gsum, coef, off, final_angle = _chunk_sums(ctx, adt, dt, trap, angles, input_states, off)
     rot, plane = rotation_planes(angles, dt, off, ch, H, A)
     s0, w0 = _s_init(ctx, dt, trap, input_states)
     final_ssm = torch.empty(ch.nseq, H, P, N, device=v.device, dtype=torch.float32)
     st = _chunk_states(ctx, 0, v, None, k, k_bias, coef, rot, plane, gsum, s0, final_ssm)
-    return (rot, plane), gsum, coef, st, final_angle, final_ssm, w0
+    return (rot, plane), gsum, coef, st, final_angle, final_ssm, w0, off
 
 
 def _chunk_states(ctx, mode, x, z, k, k_bias, coef, rot, plane, gsum, init, final):
@@ -176,11 +179,12 @@ class SisoTritonFn(torch.autograd.Function):
         ch, cfg = c.chunks, c.cfg
         ctx.save_for_backward(q, k, v, adt, dt, trap, q_bias, k_bias, angles, D, z,
                               *(input_states if has_states else (None,) * 4))
-        ctx.meta = (c, has_states)  # sizes, config and chunk tables (no second host sync for varlen)
         ctx.set_materialize_grads(False)
         out = torch.empty_like(v)
-        (rot, plane), gsum, coef, st, final_angle, final_ssm, _ = _states(
+        (rot, plane), gsum, coef, st, final_angle, final_ssm, _, off = _states(
             c, q, k, v, adt, dt, trap, q_bias, k_bias, angles, input_states)
+        # sizes, config and chunk tables (no second host sync for varlen), and the chunks' θ offsets (nchunks, H, A)
+        ctx.meta = (c, has_states, off)
         launch(output_kernel, (ch.nchunks * c.H * (c.P // cfg.bp),), 
             q, k, v, z if z is not None else v, out, q_bias if q_bias is not None else q,
             k_bias if k_bias is not None else k, D if D is not None else v, coef, coef.stride(0), rot, plane, st,
@@ -193,14 +197,16 @@ class SisoTritonFn(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dout, dfa, dfssm):
         (q, k, v, adt, dt, trap, q_bias, k_bias, angles, D, z, ang_in, ssm_in, k_in, v_in) = ctx.saved_tensors
-        c, has_states = ctx.meta
+        c, has_states, off = ctx.meta
         input_states = (ang_in, ssm_in, k_in, v_in) if has_states else None
-        return _backward(c, (q, k, v, adt, dt, trap, q_bias, k_bias, angles, D, z), input_states, dout, dfa, dfssm)
+        return _backward(c, (q, k, v, adt, dt, trap, q_bias, k_bias, angles, D, z), input_states, dout, dfa, dfssm,
+                         off)
 
 
-def _backward(c, tensors, input_states, dout, dfa, dfssm):
+def _backward(c, tensors, input_states, dout, dfa, dfssm, off=None):
     """SisoTritonFn's gradients (every input's, in its order) from its output gradients: recomputes the chunk
-    states, the reverse state pass, the two per-chunk gradient kernels and the angle backward."""
+    states (from the forward's θ offsets ``off`` when given), the reverse state pass, the two per-chunk gradient
+    kernels and the angle backward."""
     q, k, v, adt, dt, trap, q_bias, k_bias, angles, D, z = tensors
     has_states = input_states is not None
     if has_states:
@@ -211,8 +217,8 @@ def _backward(c, tensors, input_states, dout, dfa, dfssm):
     if dout is None:
         dout = torch.zeros_like(v)
     dout = dout.contiguous()
-    (rot, plane), gsum, coef, st, _, _, w0 = _states(c, q, k, v, adt, dt, trap, q_bias, k_bias, angles,
-                                                     input_states)
+    (rot, plane), gsum, coef, st, _, _, w0, _ = _states(c, q, k, v, adt, dt, trap, q_bias, k_bias, angles,
+                                                        input_states, off)
     # local dS per chunk and the reverse state pass: the dS arriving at the end of every chunk
     ds_init = torch.empty(ch.nseq, H, P, N, device=dev, dtype=torch.float32)
     ds_final = None if dfssm is None else dfssm.float().contiguous()
@@ -270,36 +276,29 @@ def _backward(c, tensors, input_states, dout, dfa, dfssm):
         dang, ddt_ang, dang_in = angle_backward(R[..., :A], dfa, angles, dt, ch, H, A)
     else:
         dang, ddt_ang, dang_in = torch.zeros_like(angles, dtype=torch.float32), 0.0, None
-    # trapezoid coefficients: γ_t = λ_t dt_t, scale_{t-1} ∋ (1-λ_t) dt_t
-    dscale = dsc.sum(0)
-    dgam = dgam.sum(0)
-    dprev = torch.zeros_like(dscale)
-    dprev[:, :, 1:] = dscale[:, :, :-1]
     grads_states = (None,) * 4
+    dw0 = None
     if has_states:
         dssm_in = ds_init
         vi, ki = v_in.float(), k_in.float()
         dk_in = w0[..., None] * torch.einsum("shpn,shp->shn", ds_init, vi)
         dv_in = w0[..., None] * torch.einsum("shpn,shn->shp", ds_init, ki)
-        dw0 = torch.einsum("shpn,shp,shn->sh", ds_init, vi, ki)
-        dprev[ch.seq_bidx, :, ch.seq_start_tok] = dw0
+        dw0 = torch.einsum("shpn,shp,shn->sh", ds_init, vi, ki).contiguous()
         grads_states = (None if dang_in is None else dang_in.to(ang_in.dtype), dssm_in.to(ssm_in.dtype),
                         dk_in.to(k_in.dtype), dv_in.to(v_in.dtype))
-    else:
-        # a device zero: a Python scalar would reach index_put_ as a host tensor, copied from pageable memory,
-        # which synchronises the stream (the host then waited for the GPU in the middle of every backward)
-        dprev[ch.seq_bidx, :, ch.seq_start_tok] = dprev.new_zeros(())
-    lam = torch.sigmoid(trap.float())
-    dtf = dt.float()
-    dgt = dgam + dscale
-    ddt = dgt * lam + dprev * (1 - lam) + ddt_ang
-    dtrap = (dgt - dprev) * dtf * lam * (1 - lam)
+    # trapezoid coefficients γ_t = λ_t dt_t, scale_{t−1} ∋ (1 − λ_t) dt_t: d dt and d trap from the partials
+    ddt = torch.empty_like(dt)
+    dtrap = torch.empty_like(trap)
+    has_ang = isinstance(ddt_ang, torch.Tensor)
+    launch(trap_grad_kernel, (ch.nchunks * H,), dsc, dgam, dt, trap, ddt_ang if has_ang else dsc,
+           dw0 if dw0 is not None else dsc, ch.seq_start_tok, ddt, dtrap, ch.chunk_table, T, B, H,
+           NBK=nbk, NPB=npb, C=cfg.chunk, HAS_ANG=has_ang, HAS_W0=dw0 is not None, num_warps=1)
     dD = ddp.sum((0, 1)).to(D.dtype) if D is not None else None
     dqb = dbq.sum(0).to(q_bias.dtype) if has_bias else None
     dkb = dbk.sum(0).to(k_bias.dtype) if has_bias else None
     if has_states and grads_states[0] is None:
         grads_states = (torch.zeros_like(ang_in),) + grads_states[1:]
-    return (dq, dk, dv, dadt.to(adt.dtype), ddt.to(dt.dtype), dtrap.to(trap.dtype), dqb, dkb,
+    return (dq, dk, dv, dadt.to(adt.dtype), ddt, dtrap, dqb, dkb,
             dang.to(angles.dtype), dD, dz, *grads_states, None, None, None)
 
 

@@ -42,7 +42,7 @@ def _problem_classes(default_only: bool = False):
 
 
 _LIGHT = ("chunk_sums_kernel", "rotation_kernel", "state_passing_kernel", "angle_totals_kernel", "angle_bwd_kernel",
-          "decay_grad_kernel")
+          "decay_grad_kernel", "trap_grad_kernel", "chunk_prefix_kernel")
 
 
 def _record(spec, dtype, chunk, dstate, scan_states=False):
