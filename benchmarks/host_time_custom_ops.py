@@ -1,7 +1,10 @@
 """Where the custom ops' forward+backward spends host time (SISO / MIMO, bf16, B=8, T=4096, H=32, N=128, P=64,
-D and Z): per path (eager Functions, custom ops) the steady-state GPU time per step, the host time per step while
-the GPU is busy (a host that keeps up with the GPU only by waiting shows host ≈ GPU time), and the CUDA runtime
-calls of one profiled step that block the host (synchronisations, blocking copies), with their callers' stacks.
+D and Z), per path (eager Functions, custom ops): the GPU time per step back to back and the host time per step
+of the same 20 steps (once the launch queue is full the host waits for slots, so there host ≈ GPU time says
+nothing), the host time per step of 3 steps started on an idle GPU (the host's own cost), one step under
+``torch.cuda.set_sync_debug_mode("warn")`` (a synchronisation prints a warning), the CUDA runtime calls of one
+profiled step (counts and host ms), and cProfile tables of 3 steps (``<out stem>_<op>_<path>_{tottime,cumtime}.txt``;
+time spent under ``torch.compiler.disable``d frames is misattributed to their callers).
 
     PYTHONPATH=. python3 benchmarks/host_time_custom_ops.py --out host_time.json
 """
@@ -69,7 +72,7 @@ def _host_ms_from_idle(step, n=3):
 
 
 def _blocking_calls(step):
-    """CUDA runtime calls of one step (CPU side, ms) whose names say they can block, and the total launch calls."""
+    """The CUDA runtime / driver calls of one step: count and host ms of each (synchronisations, copies, launches)."""
     from torch.profiler import ProfilerActivity, profile
 
     step()
