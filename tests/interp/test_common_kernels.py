@@ -14,6 +14,21 @@ def _chunks(B, T, C, cu):
     return make_chunks(B, T, C, None if cu is None else torch.tensor(cu), "cpu")
 
 
+def test_chunk_tables_are_cached_and_usable_after_inference_mode():
+    """make_chunks returns the cached tables for the same shape (or cu_seqlens values) and chunk, and tables first
+    made under torch.inference_mode() can index an op autograd records later (their tensors are normal tensors)."""
+    from mamba3.ops.common.chunking import make_chunks
+
+    with torch.inference_mode():
+        first = make_chunks(3, 77, 16, None, "cpu")
+    assert make_chunks(3, 77, 16, None, "cpu") is first
+    assert make_chunks(3, 77, 32, None, "cpu") is not first
+    assert make_chunks(1, 9, 4, torch.tensor([0, 4, 9]), "cpu") is make_chunks(1, 9, 4, torch.tensor([0, 4, 9]), "cpu")
+    x = torch.randn(3, 2, 77, requires_grad=True)
+    x[first.seq_bidx, :, first.seq_start_tok].sum().backward()
+    assert x.grad[:, :, 0].eq(1).all() and x.grad[:, :, 1:].eq(0).all()
+
+
 def _increments(ang, dt, B, T, H):
     """π·tanh(φ)·dt per (token, head, angle), float64 (B, T, H, A); shared angles (B, T, A) broadcast over heads."""
     phi = ang.double() if ang.dim() == 4 else ang.double()[:, :, None, :].expand(B, T, H, ang.shape[-1])

@@ -20,10 +20,13 @@ The tables are read-only, so :func:`make_chunks` keeps the last ``_CACHE_SIZE`` 
 ``cu_seqlens`` values, chunk size, device and stream): every layer of a model, and a backward after its forward,
 reuses them instead of rebuilding them with ≈ 15 small launches (dense) or a Python loop and three copies
 (varlen). Not while a CUDA graph is being captured: tensors made then hold their values only in the graph's replays,
-and a cached table the graph read could be freed by the cache while the graph lives.
+and a cached table the graph read could be freed by the cache while the graph lives. Tables are built outside
+inference mode, so that a table first made under ``torch.inference_mode()`` can index autograd-recorded ops later
+(an inference tensor cannot be saved for backward).
 """
 from __future__ import annotations
 
+import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 
@@ -31,6 +34,7 @@ import torch
 
 _CACHE_SIZE = 32
 _CACHE: OrderedDict = OrderedDict()
+_CACHE_LOCK = threading.Lock()
 
 
 @dataclass
@@ -62,17 +66,25 @@ def make_chunks(bsz: int, seqlen: int, chunk_size: int, cu_seqlens: torch.Tensor
     else:
         stream = 0
     key = (bsz, seqlen, cu, int(chunk_size), device, stream)
-    chunks = _CACHE.get(key)
-    if chunks is None:
-        chunks = _CACHE[key] = _build(bsz, seqlen, int(chunk_size), cu, device)
-        if len(_CACHE) > _CACHE_SIZE:
+    with _CACHE_LOCK:
+        chunks = _CACHE.get(key)
+        if chunks is not None:
+            _CACHE.move_to_end(key)
+            return chunks
+    chunks = _build(bsz, seqlen, int(chunk_size), cu, device)
+    with _CACHE_LOCK:
+        _CACHE[key] = chunks
+        while len(_CACHE) > _CACHE_SIZE:
             _CACHE.popitem(last=False)
-    else:
-        _CACHE.move_to_end(key)
     return chunks
 
 
 def _build(bsz: int, seqlen: int, C: int, cu: tuple | None, device) -> Chunks:
+    with torch.inference_mode(False):
+        return _tables(bsz, seqlen, C, cu, device)
+
+
+def _tables(bsz: int, seqlen: int, C: int, cu: tuple | None, device) -> Chunks:
     if cu is None:
         ncs = (seqlen + C - 1) // C
         NS = bsz
