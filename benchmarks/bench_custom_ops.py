@@ -1,7 +1,8 @@
 """Forward+backward through the torch custom ops (``mamba3::siso`` / ``mamba3::mimo`` and their backward ops: what a
 ``torch.compile``d model runs) against the eager autograd Functions, SISO and MIMO, bf16, B=8, T=4096, H=32, N=128,
-P=64 (MIMO R=4), with D and Z. The custom ops' backward replays the forward for its gradients
-(``mamba3/ops/common/replay.py``); the difference of the two columns is what that replay still costs.
+P=64 (MIMO R=4), with D and Z. SISO's backward op calls the Triton backward directly; MIMO's replays the forward for
+its gradients (``mamba3/ops/common/replay.py``), so MIMO's difference of the two columns is what the replay costs.
+Also writes the per-kernel CUDA time of one call of each path (``<out>_kernels.json``).
 
     PYTHONPATH=. python3 benchmarks/bench_custom_ops.py --out benchmarks/results/custom_ops_h200.json
 """

@@ -17,6 +17,8 @@ CASES = {
     "fp32-varlen-shared-states": (dict(B=1, T=40, cu=[0, 5, 21, 40], shared=True, states=True), 16),
     # a sequence's first token takes no d scale from the previous sequence's last one (trap_grad_kernel)
     "fp32-varlen": (dict(B=1, T=40, cu=[0, 5, 21, 40]), 16),
+    # no rotation (A = 0): no angle backward, trap_grad_kernel without the angles' d dt
+    "fp32-T20-no-angles-states": (dict(T=20, A=0, states=True), 16),
     "fp32-T70-chunk32": (dict(T=70, B=1), 32),
     "bf16-T70-states": (dict(dtype=torch.bfloat16, T=70, states=True), 16),
     "bf16-varlen-gqa-shared": (dict(dtype=torch.bfloat16, B=1, T=37, H=4, G=1, cu=[0, 17, 18, 37], shared=True), 16),

@@ -19,7 +19,7 @@ _LOCAL = threading.local()
 
 @contextlib.contextmanager
 def gradients_only():
-    """Within: the Triton MIMO forward computes only what their gradients need (see the module docstring)."""
+    """Within: the Triton MIMO forward computes only what its gradients need (see the module docstring)."""
     prev = replaying_for_gradients()
     _LOCAL.on = True
     try:

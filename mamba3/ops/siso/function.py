@@ -275,7 +275,7 @@ def _backward(c, tensors, input_states, dout, dfa, dfssm, off=None):
     if A > 0:
         dang, ddt_ang, dang_in = angle_backward(R[..., :A], dfa, angles, dt, ch, H, A)
     else:
-        dang, ddt_ang, dang_in = torch.zeros_like(angles, dtype=torch.float32), 0.0, None
+        dang, ddt_ang, dang_in = torch.zeros_like(angles, dtype=torch.float32), None, None
     grads_states = (None,) * 4
     dw0 = None
     if has_states:
@@ -289,10 +289,9 @@ def _backward(c, tensors, input_states, dout, dfa, dfssm, off=None):
     # trapezoid coefficients γ_t = λ_t dt_t, scale_{t−1} ∋ (1 − λ_t) dt_t: d dt and d trap from the partials
     ddt = torch.empty_like(dt)
     dtrap = torch.empty_like(trap)
-    has_ang = isinstance(ddt_ang, torch.Tensor)
-    launch(trap_grad_kernel, (ch.nchunks * H,), dsc, dgam, dt, trap, ddt_ang if has_ang else dsc,
+    launch(trap_grad_kernel, (ch.nchunks * H,), dsc, dgam, dt, trap, ddt_ang if ddt_ang is not None else dsc,
            dw0 if dw0 is not None else dsc, ch.seq_start_tok, ddt, dtrap, ch.chunk_table, T, B, H,
-           NBK=nbk, NPB=npb, C=cfg.chunk, HAS_ANG=has_ang, HAS_W0=dw0 is not None, num_warps=1)
+           NBK=nbk, NPB=npb, C=cfg.chunk, HAS_ANG=ddt_ang is not None, HAS_W0=dw0 is not None, num_warps=1)
     dD = ddp.sum((0, 1)).to(D.dtype) if D is not None else None
     dqb = dbq.sum(0).to(q_bias.dtype) if has_bias else None
     dkb = dbk.sum(0).to(k_bias.dtype) if has_bias else None
