@@ -13,8 +13,9 @@
 # Unpack it over the repository root and commit the new results.json files; to continue paused runs in the next
 # call, pass the sweep directory in the device call's `carry` (checkpoints are git-ignored, so they travel only
 # that way) and run the same command again.
-# Knobs (defaults = the paper's grid): D_MODELS=32,64 LRS=8 SEEDS=0 JOBS=8 STEPS=10000; extra args go to every
-# run (e.g. --dt-min 0.5 --dt-max 1).
+# Knobs (defaults = the paper's grid): D_MODELS=32,64 LRS=8 SEEDS=0 JOBS=8 STEPS=10000; extra args go to the
+# sweep, hence to every run (e.g. --dt-min 0.5 --dt-max 1), and `--variant 'NAME=ARGS'` (repeatable) runs the grid
+# once per variant in the same call and archive (one-factor studies: --variant 'nomlp=--mlp-ratio 0').
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 OUT=${OUT:?set OUT}

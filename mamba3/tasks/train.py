@@ -29,6 +29,7 @@ import json
 import math
 import os
 import platform
+import shlex
 import subprocess
 import sys
 import time
@@ -400,7 +401,7 @@ def plot_runs(results: list[dict], path, title: str) -> bool:
     for r in results:
         pts = sorted((v["length"], 100 * v["scaled"]) for v in r["test"].values())
         ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o",
-                label=f"{r['model']} (d{r['d_model']}, lr {r['lr']:.1e})")
+                label=f"{r['model']}{_tag_label(r)} (d{r['d_model']}, lr {r['lr']:.1e})")
     train_max = max(parse_range(r["args"]["max_len"])[1] for r in results)
     ax.axvline(train_max, color="gray", ls="--", lw=1, label=f"longest training length ({train_max})")
     ax.set_xlabel("evaluation length")
@@ -456,6 +457,9 @@ def add_train_args(p: argparse.ArgumentParser, task_default_layers: bool = True)
     p.add_argument("--stop-after", type=float, default=None,
                    help="seconds of training after which the run writes checkpoint_resume.pt and stops")
     p.add_argument("--resume", action="store_true", help="continue from --out's checkpoint_resume.pt if present")
+    p.add_argument("--tag", default=None,
+                   help="name of this run's configuration (set by `sweep --variant`): the summary has one row per "
+                        "(task, model, tag)")
 
 
 def _finish_train_args(args, task: str, argv: list[str]):
@@ -554,20 +558,35 @@ def run_sweep(argv: list[str]) -> int:
     p.add_argument("--stop-after", type=float, default=None,
                    help="seconds after which running runs pause (checkpoint_resume.pt) and no new run starts: "
                         "the next sweep with the same command continues them")
+    p.add_argument("--variant", action="append", default=[], metavar="NAME=ARGS",
+                   help="repeatable: run the grid once per variant with ARGS added to its runs (e.g. "
+                        "'nomlp=--mlp-ratio 0'), into OUT/TASK/MODEL/NAME/…; one summary row per variant")
     p.add_argument("--dry-run", action="store_true", help="print the commands only")
     a, extra = p.parse_known_args(argv)
+    variants = []  # (name or None, its extra arguments)
+    for spec in a.variant:
+        name, sep, args = spec.partition("=")
+        if not sep or not name or "/" in name or name in {v for v, _ in variants}:
+            p.error(f"--variant {spec!r}: expected a new NAME=ARGS, NAME without '/'")
+        vargs = shlex.split(args)
+        grid = {"--model", "--d-model", "--lr", "--seed", "--out", "--tag"} & {x.split("=")[0] for x in vargs}
+        if grid:  # the run's directory is named after these
+            p.error(f"--variant {spec!r}: {', '.join(sorted(grid))} belong to the grid (--models, --d-models, …)")
+        variants.append((name, vargs))
+    variants = variants or [(None, [])]
     gpus = a.gpus.split(",") if a.gpus else (
         [str(i) for i in range(torch.cuda.device_count())] if torch.cuda.is_available() else [None])
     jobs = []
     for m in a.models.split(","):
-        for d in [int(x) for x in a.d_models.split(",")]:
-            for lr in lr_grid(a.lrs):
-                for s in [int(x) for x in a.seeds.split(",")]:
-                    out = Path(a.out) / a.task / m / f"d{d}_lr{lr:.2e}_s{s}"
-                    cmd = [sys.executable, "-m", "mamba3.tasks", "train", a.task, "--model", m, "--d-model",
-                           str(d), "--lr", f"{lr:.6g}", "--seed", str(s), "--out", str(out), "--quiet",
-                           "--resume"] + extra
-                    jobs.append((out, cmd))
+        for name, vargs in variants:
+            for d in [int(x) for x in a.d_models.split(",")]:
+                for lr in lr_grid(a.lrs):
+                    for s in [int(x) for x in a.seeds.split(",")]:
+                        out = Path(a.out) / a.task / m / (name or "") / f"d{d}_lr{lr:.2e}_s{s}"
+                        cmd = [sys.executable, "-m", "mamba3.tasks", "train", a.task, "--model", m, "--d-model",
+                               str(d), "--lr", f"{lr:.6g}", "--seed", str(s), "--out", str(out), "--quiet",
+                               "--resume"] + extra + vargs + (["--tag", name] if name else [])
+                        jobs.append((out, cmd))
     todo = [(o, c) for o, c in jobs if not (o / "results.json").exists()]
     print(f"sweep {a.task}: {len(jobs)} runs, {len(jobs) - len(todo)} already done, {a.jobs} at a time "
           f"on {gpus}", flush=True)
@@ -624,39 +643,51 @@ def _origin(r: dict) -> str:
     return " · ".join(str(p) for p in parts if p)
 
 
+def _row_key(r: dict) -> tuple:
+    """A summary row: (task, model, tag), tag = the sweep variant's name (None for runs without one)."""
+    return r["task"], r["model"], r.get("args", {}).get("tag")
+
+
+def _tag_label(r: dict) -> str:
+    tag = _row_key(r)[2]
+    return f" [{tag}]" if tag else ""
+
+
 def summarize(root: Path) -> str:
-    """Collect every results.json under root: per (task, model) the run with the best validation accuracy
+    """Collect every results.json under root: per (task, model, variant) the run with the best validation accuracy
     (the paper's selection rule) → summary.json / summary.md in root; returns the markdown."""
     runs = [json.loads(p.read_text()) for p in sorted(Path(root).rglob("results.json"))]
     best: dict = {}
     for r in runs:
-        key = (r["task"], r["model"])
+        key = _row_key(r)
         if key not in best or (r["best_val_acc"], -r["best_step"]) > (best[key]["best_val_acc"],
                                                                       -best[key]["best_step"]):
             best[key] = r
     lines = ["| task | model | runs | eval length | best val scaled | its test scaled | paper (Table 5b) | d_model | lr "
              "| layers | steps |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     summary = []
-    for (task, model), r in sorted(best.items()):
-        n = sum(1 for x in runs if (x["task"], x["model"]) == (task, model))
+    rows = sorted(best.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2] or ""))
+    for (task, model, tag), r in rows:
+        n = sum(1 for x in runs if _row_key(x) == (task, model, tag))
         paper = PAPER_TABLE_5B.get((task, model))
-        lines.append(f"| {task} | {model} | {n} | {r['eval_len']} | {_pct(r['best_val_scaled'])} | "
+        lines.append(f"| {task} | {model}{_tag_label(r)} | {n} | {r['eval_len']} | {_pct(r['best_val_scaled'])} | "
                      f"{100 * r['test_scaled_at_eval_len']:.2f} | {'–' if paper is None else f'{paper:.2f}'} | "
                      f"{r['d_model']} | {r['lr']:.2e} | {r['layers']} | {r['steps']}"
                      + (f" (diverged at {r['diverged_at_step']})" if r.get("diverged_at_step") else "") + " |")
         summary.append({k: r.get(k) for k in ("task", "model", "d_model", "lr", "layers", "seed", "steps",
                                               "diverged_at_step",
                                           "best_val_scaled", "test_scaled_at_eval_len", "best_step", "test",
-                                          "versions", "machine", "command")} | {"runs": n, "paper": paper})
-    lines += ["", "Scaled accuracy = (accuracy − chance) / (1 − chance), %; each (task, model) row is its run with "
-              "the best validation accuracy (test: fresh strings, same checkpoint)."]
+                                          "versions", "machine", "command")}
+                       | {"tag": tag, "runs": n, "paper": paper})
+    lines += ["", "Scaled accuracy = (accuracy − chance) / (1 − chance), %; each (task, model [variant]) row is "
+              "its run with the best validation accuracy (test: fresh strings, same checkpoint)."]
     lines += [f"Ran on: {o}" for o in sorted({_origin(r) for r in best.values()}) if o]
     md = "\n".join(lines)
     if runs:
         (Path(root) / "summary.json").write_text(json.dumps(summary, indent=1))
         (Path(root) / "summary.md").write_text(md + "\n")
         for task in sorted({r["task"] for r in runs}):
-            plot_runs([r for (t, _), r in sorted(best.items()) if t == task], Path(root) / f"{task}.png",
+            plot_runs([r for (t, _, _), r in rows if t == task], Path(root) / f"{task}.png",
                       f"{task}: best run per model, scaled accuracy vs length")
     return md
 

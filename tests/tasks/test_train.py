@@ -115,6 +115,36 @@ def test_sweep_dry_run_and_summarize(tmp_path, capsys):
     assert (tmp_path / "summary.json").exists()
 
 
+def test_sweep_variants_run_the_grid_once_each_and_summarize_per_variant(tmp_path, capsys):
+    rc = train.main(["sweep", "arith", "--d-models", "64", "--lrs", "2e-3", "--out", str(tmp_path), "--dry-run",
+                     "--variant", "base=", "--variant", "nomlp=--mlp-ratio 0 --headdim 64", "--steps", "5"])
+    assert rc == 0
+    cmds = [l.split() for l in capsys.readouterr().out.splitlines() if "mamba3.tasks train arith" in l]
+    assert len(cmds) == 2
+    base, nomlp = cmds
+    assert base[base.index("--out") + 1] == str(tmp_path / "arith" / "mamba3" / "base" / "d64_lr2.00e-03_s0")
+    assert base[-2:] == ["--tag", "base"] and "--mlp-ratio" not in base and base[base.index("--steps") + 1] == "5"
+    assert nomlp[-6:] == ["--mlp-ratio", "0", "--headdim", "64", "--tag", "nomlp"]
+    with pytest.raises(SystemExit):  # a repeated name would share a directory
+        train.main(["sweep", "arith", "--out", str(tmp_path), "--dry-run", "--variant", "a=", "--variant", "a=-x"])
+    with pytest.raises(SystemExit):  # a variant cannot leave its directory's d_model / lr / seed
+        train.main(["sweep", "arith", "--out", str(tmp_path), "--dry-run", "--variant", "d32=--d-model=32"])
+    # one summary row per variant, the better variant not hiding the other
+    for tag, acc in (("base", 0.6), ("nomlp", 0.9), (None, 0.7)):
+        d = tmp_path / f"r{tag}"
+        d.mkdir()
+        (d / "results.json").write_text(json.dumps({
+            "task": "arith", "model": "mamba3", "d_model": 64, "eval_len": 256, "lr": 2e-3, "layers": 3, "seed": 0,
+            "steps": 5, "best_val_acc": acc, "best_val_scaled": (acc - 0.2) / 0.8, "test_scaled_at_eval_len": 0.5,
+            "best_step": 5, "test": {"256": {"length": 256, "acc": acc, "scaled": (acc - 0.2) / 0.8}},
+            "versions": {}, "machine": {}, "command": "", "args": {"max_len": "40:160", "tag": tag}}))
+    md = train.summarize(tmp_path)
+    assert "| arith | mamba3 | 1 | 256 | 62.50 |" in md
+    assert "| arith | mamba3 [base] | 1 | 256 | 50.00 |" in md
+    assert "| arith | mamba3 [nomlp] | 1 | 256 | 87.50 |" in md
+    assert [r["tag"] for r in json.loads((tmp_path / "summary.json").read_text())] == [None, "base", "nomlp"]
+
+
 def test_usage_errors():
     assert train.main([]) == 2
     assert train.main(["nonsense"]) == 2
