@@ -117,14 +117,14 @@ def test_sweep_dry_run_and_summarize(tmp_path, capsys):
 
 def test_sweep_variants_run_the_grid_once_each_and_summarize_per_variant(tmp_path, capsys):
     rc = train.main(["sweep", "arith", "--d-models", "64", "--lrs", "2e-3", "--out", str(tmp_path), "--dry-run",
-                     "--variant", "base=", "--variant", "nomlp=--mlp-ratio 0 --headdim 64", "--steps", "5"])
+                     "--variant", "base=", "--variant", "nomlp-hd64=--mlp-ratio 0 --headdim 64", "--steps", "5"])
     assert rc == 0
     cmds = [l.split() for l in capsys.readouterr().out.splitlines() if "mamba3.tasks train arith" in l]
     assert len(cmds) == 2
-    base, nomlp = cmds
+    base, nomlp_hd64 = cmds
     assert base[base.index("--out") + 1] == str(tmp_path / "arith" / "mamba3" / "base" / "d64_lr2.00e-03_s0")
     assert base[-2:] == ["--tag", "base"] and "--mlp-ratio" not in base and base[base.index("--steps") + 1] == "5"
-    assert nomlp[-6:] == ["--mlp-ratio", "0", "--headdim", "64", "--tag", "nomlp"]
+    assert nomlp_hd64[-6:] == ["--mlp-ratio", "0", "--headdim", "64", "--tag", "nomlp-hd64"]
     with pytest.raises(SystemExit):  # a repeated name would share a directory
         train.main(["sweep", "arith", "--out", str(tmp_path), "--dry-run", "--variant", "a=", "--variant", "a=-x"])
     with pytest.raises(SystemExit):  # a variant cannot leave its directory's d_model / lr / seed
