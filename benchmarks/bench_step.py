@@ -152,7 +152,7 @@ def main():
             tbps = nbytes / ms / 1e9
             row = dict(op=mode, rank=R, batch=args.batch, nheads=args.nheads, headdim=args.headdim,
                        dstate=args.dstate, block_p=cfg.block_p, block_n=cfg.block_n, num_warps=cfg.num_warps,
-                       row_tiles=cfg.row_tiles,
+                       row_tiles=cfg.row_tiles, lane_sums=cfg.lane_sums,
                        chosen=cfg == chosen, ms=ms, MB=nbytes / 1e6, TBps=tbps, frac_of_copy=tbps / copy_bw,
                        **errors_against_float64(x, siso, cfg))
             if cfg == chosen and siso:

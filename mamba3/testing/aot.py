@@ -57,6 +57,7 @@ class AotResult:
     n_regs: int | None  # registers per thread (cuobjdump REG:)
     n_spills: int | None  # spill-store bytes from the ptxas -v log (None unless compile_launch(..., spills=True))
     local: int | None = None  # local memory per thread (cuobjdump LOCAL:), bytes
+    ttgir: str | None = None  # the TritonGPU IR (layouts), with compile_launch(..., ir=True)
 
     @property
     def total_shared(self) -> int:
@@ -127,10 +128,11 @@ def _ptxas_spill_stores(ptx: str, arch: int, options) -> int:
     return max(stores) if stores else 0
 
 
-def compile_launch(launch: KernelLaunch, arch: int, *, spills: bool = False) -> AotResult:
+def compile_launch(launch: KernelLaunch, arch: int, *, spills: bool = False, ir: bool = False) -> AotResult:
     """Compile ``launch`` for compute capability ``arch`` exactly as the JIT would, without a GPU.
 
-    ``spills=True`` re-runs ptxas -v on the PTX to count spill-store bytes (about one more ptxas run).
+    ``spills=True`` re-runs ptxas -v on the PTX to count spill-store bytes (about one more ptxas run);
+    ``ir=True`` keeps the TritonGPU IR (``AotResult.ttgir``).
     Compiled kernels go to Triton's cache (TRITON_CACHE_DIR), so repeating a compile is cheap.
     """
     if arch not in OPTIN_SMEM:
@@ -163,4 +165,5 @@ def compile_launch(launch: KernelLaunch, arch: int, *, spills: bool = False) -> 
         n_regs=res.get("REG"),
         n_spills=n_spills,
         local=res.get("LOCAL"),
+        ttgir=compiled.asm["ttgir"] if ir else None,
     )

@@ -35,12 +35,13 @@ def inputs(bsz, T, H, G, P, N, R, dtype, siso, seed, shared=True, per_rank=False
 
 
 def run(x, states, siso, t, backend, **kw):
+    z = None if x["z"] is None else x["z"][t]
     if siso:
         return mamba3_siso_step(x["q"][t][:, 0], x["k"][t][:, 0], x["v"][t], x["adt"][t], x["dt"][t], x["trap"][t],
-                                x["q_bias"][:, 0], x["k_bias"][:, 0], x["angles"][t], x["D"], x["z"][t],
+                                x["q_bias"][:, 0], x["k_bias"][:, 0], x["angles"][t], x["D"], z,
                                 (states[0], states[1], states[2][:, 0], states[3]), backend=backend, **kw)
     return mamba3_mimo_step(x["q"][t], x["k"][t], x["v"][t], x["adt"][t], x["dt"][t], x["trap"][t], x["q_bias"],
-                            x["k_bias"], x["mimo_v"], x["mimo_z"], x["mimo_out"], x["angles"][t], x["D"], x["z"][t],
+                            x["k_bias"], x["mimo_v"], x["mimo_z"], x["mimo_out"], x["angles"][t], x["D"], z,
                             states, rms_norm=x["norm_weight"] is not None, norm_weight=x["norm_weight"],
                             backend=backend, **kw)
 
@@ -59,7 +60,7 @@ SHAPES = [(P, N) for P in (16, 32, 64, 128) for N in (16, 64, 128, 256)]
 
 
 @pytest.mark.parametrize("P,N", SHAPES, ids=[f"P{p}-N{n}" for p, n in SHAPES])
-@pytest.mark.parametrize("mode", ["siso", "mimo4", "mimo8", "mimo2-norm", "mimo2-per-rank"])
+@pytest.mark.parametrize("mode", ["siso", "mimo4", "mimo8", "mimo2", "mimo2-norm", "mimo2-per-rank"])
 def test_step_matches_float64_reference_fp32(P, N, mode):
     siso = mode == "siso"
     R = 1 if siso else int(mode[4])
@@ -83,10 +84,11 @@ def test_step_low_precision_inputs(dtype, siso):
     assert_rel_close("ssm state", states[1], ref_states[1], 1e-5)
 
 
-@pytest.mark.parametrize("P", [16, 32, 48, 96])
-def test_no_out_of_bounds_writes_and_pooled_rows(P):
-    """States live inside NaN-filled pools; only the addressed rows change, and nothing outside them."""
-    N, H, R = 64, 4, 2
+@pytest.mark.parametrize("P,N,R", [(16, 64, 2), (32, 64, 2), (48, 64, 2), (96, 64, 2), (48, 128, 4), (40, 256, 2)])
+def test_no_out_of_bounds_writes_and_pooled_rows(P, N, R):
+    """States live inside NaN-filled pools; only the addressed rows change, and nothing outside them (N ≥ 128: the
+    lanes' sums, whole rows and N tiles)."""
+    H = 4
     x, st = inputs(3, 4, H, 1, P, N, R, torch.float32, False, seed=P)
     pool = [torch.full((8,) + s.shape[1:], float("nan"), device=DEV, dtype=s.dtype) for s in st]
     idx = torch.tensor([6, -1, 1], device=DEV, dtype=torch.int32)
@@ -105,6 +107,20 @@ def test_no_out_of_bounds_writes_and_pooled_rows(P):
         run(x, dense, False, t, "triton")
     for p, d in zip(pool, dense):
         assert torch.equal(p[6], d[0]) and torch.equal(p[1], d[2])
+
+
+@pytest.mark.parametrize("drop", ["z", "D", "z+D"])
+@pytest.mark.parametrize("R,N", [(4, 128), (2, 256)])
+def test_lane_sums_without_optional_inputs(drop, R, N):
+    """The lanes' output stage (MIMO R = 2 / 4 at N ≥ 128) without the gate (z, hence mimo_z) or D."""
+    x, st = inputs(3, 5, 4, 1, 40, N, R, torch.float32, False, seed=R + N)
+    for name in drop.split("+"):
+        x[name] = None
+    out, states = chain(x, st, False, 5, "triton")
+    ref, ref_states = chain(x, st, False, 5, "reference")
+    assert_rel_close("out", out, ref, 1e-5)
+    for name, a, b in zip(("angle", "ssm", "k", "v"), states, ref_states):
+        assert_rel_close(f"{name} state", a, b, 1e-5)
 
 
 def test_deterministic():
@@ -157,18 +173,22 @@ def test_long_decode_keeps_angles_wrapped():
 TILE_CONFIGS = [  # (block_p, block_n, num_warps, row_tiles): the benchmark's sweep (whole rows, streamed rows, N tiles)
     (bp, 128, w, rt) for bp, w in ((4, 1), (8, 1), (16, 1), (16, 2), (32, 2)) for rt in (1, 2, 4, 8, 16) if bp * rt <= 64
 ] + [(8, 32, 1, 1), (8, 64, 1, 1), (16, 64, 1, 1)]
+# (siso, config, lane sums): every tile for both; MIMO's 8 × 128 one-warp tiles also with the lanes' sums
+TILE_CASES = [(siso, cfg, False) for siso in (True, False) for cfg in TILE_CONFIGS] + [
+    (False, cfg, True) for cfg in TILE_CONFIGS if cfg[:3] == (8, 128, 1)]
 
 
-@pytest.mark.parametrize("cfg", TILE_CONFIGS, ids=["x".join(map(str, c)) for c in TILE_CONFIGS])
-@pytest.mark.parametrize("siso", [True, False], ids=["siso", "mimo4"])
-def test_every_swept_tile_config_matches_float64(siso, cfg):
+@pytest.mark.parametrize("siso,cfg,lanes", TILE_CASES,
+                         ids=[("siso-" if s else "mimo4-") + "x".join(map(str, c)) + ("-lanes" if ln else "")
+                              for s, c, ln in TILE_CASES])
+def test_every_swept_tile_config_matches_float64(siso, cfg, lanes):
     """Any tile the benchmark may recommend is exact: 6 chained tokens (the small states each step writes are read
     by the next), P = 48 and N = 96 (ragged row tiles and masked columns), pooled rows with a padded slot."""
     from mamba3.ops.step.configs import StepConfig
     from mamba3.ops.step.launch import step_triton
     from mamba3.ops.step.reference import step_reference
 
-    config = StepConfig(block_p=cfg[0], block_n=cfg[1], num_warps=cfg[2], row_tiles=cfg[3])
+    config = StepConfig(block_p=cfg[0], block_n=cfg[1], num_warps=cfg[2], row_tiles=cfg[3], lane_sums=lanes)
     R = 1 if siso else 4
     x, st = inputs(3, 6, 4, 1, 48, 96, R, torch.float32, siso, seed=cfg[0] * 10 + cfg[3])
     idx = torch.tensor([2, -1, 0], device=DEV, dtype=torch.int32)

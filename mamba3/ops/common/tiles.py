@@ -37,9 +37,11 @@ import triton.language as tl
 from triton.language.extra.cuda import libdevice
 
 PI = tl.constexpr(3.141592653589793)
-# Compiled kernels take the flush-to-zero fast paths of exp and 1/x (``fast_exp``, ``fast_sigmoid``); the
-# interpreter, which has no libdevice, runs the plain ones. Decided like @triton.jit decides to interpret.
-FAST_MATH = tl.constexpr(not triton.knobs.runtime.interpret)
+# True in compiled kernels, False under the interpreter (decided like @triton.jit decides to interpret), which
+# has neither libdevice nor inline PTX. Compiled kernels take the flush-to-zero fast paths of exp and 1/x
+# (``fast_exp``, ``fast_sigmoid``); the interpreter runs the plain ones.
+COMPILED = tl.constexpr(not triton.knobs.runtime.interpret)
+FAST_MATH = COMPILED
 
 
 @triton.jit

@@ -33,6 +33,15 @@ tile are then one base address plus immediate offsets, where a runtime stride ke
 from the load to the store (AOT sm_90, SISO 16 × 128 tile: 168 → 128 registers; MIMO R = 4 on the H200:
 0.272 → 0.254 ms).
 
+Lane sums (MIMO, R = 2 or 4, 8 × 128 tiles in one warp; ``StepConfig.lane_sums``): y_r = h'q̃_r needs, per tile, the
+sums of 4R values per lane (R ranks × the lane's 4 rows) over the 16 lanes of a row; reduced one value at a time
+(Triton's tl.sum) that is 4R × 4 shuffles and adds. ``_lane_partials`` forms each lane's partial sums (one FMA
+chain over its 4 columns) as (2 × 16) tensors whose element (g, c) is lane 16g + c, and ``_LANE_SUM_PTX`` reduces
+and scatters them in inline PTX (a butterfly in which each level halves the values a lane keeps: 4R − 1 shuffles),
+so that lane c ends with the total of value c // (16 / 4R); ``_finish_rows_lanes`` then works on one (row, rank)
+per lane. The PTX depends on that lane order, which the AOT lane checks in the compiled IR
+(tests/aot/test_step_lane_sums.py); the interpreter runs the plain reductions (the same sums in another order).
+
 Everything is computed in fp32 whatever the input dtype; states are loaded and stored in their own dtype.
 No host synchronisation, no data-dependent allocation: the launches are CUDA-graph capturable, and
 ``state_batch_indices`` (loaded in the kernels) may change between graph replays. A negative index skips the
@@ -43,7 +52,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from ..common.tiles import PI, sincos, wrap_angle
+from ..common.tiles import COMPILED, PI, sincos, wrap_angle
 
 
 @triton.jit
@@ -172,11 +181,77 @@ def _pair_vectors(q_row, stride_qr, k_row, stride_kr, qb_h, kb_h, sk_row, stride
     return theta, q_rot, k_rot, k_old
 
 
+def _lane_sum_ptx(nvalues):
+    """PTX of the lanes' reduce-scatter: inputs $1..$nvalues are a lane's values x_j, output $0 is, in lane c of each
+    16-lane half warp, Σ over the half's lanes of x_{c // (16 / nvalues)}. Level m (lane masks 8, 4, 2, 1) pairs x_j
+    with x_{j + half}: a lane whose mask bit is set keeps the upper one and sends the lower one to its partner,
+    which does the opposite, and adds what it receives. With fewer than 16 values the last levels add all."""
+    lines = ["{", ".reg .pred p<4>;", ".reg .b32 lane, bit;", ".reg .f32 keep, send, got, v<16>;",
+             "mov.u32 lane, %laneid;"]
+    for b in range(4):
+        lines += [f"and.b32 bit, lane, {1 << b};", f"setp.ne.u32 p{b}, bit, 0;"]
+    vals = [f"${j + 1}" for j in range(nvalues)]
+    for b in (3, 2, 1, 0):
+        if len(vals) > 1:
+            half = len(vals) // 2
+            nxt = [f"v{j}" for j in range(half)]
+            for j in range(half):
+                lo, hi = vals[j], vals[j + half]
+                lines += [f"selp.f32 keep, {hi}, {lo}, p{b};", f"selp.f32 send, {lo}, {hi}, p{b};",
+                          f"shfl.sync.bfly.b32 got, send, {1 << b}, 0x1f, 0xffffffff;",
+                          f"add.f32 {nxt[j]}, keep, got;"]
+            vals = nxt
+        else:
+            lines += [f"shfl.sync.bfly.b32 got, {vals[0]}, {1 << b}, 0x1f, 0xffffffff;",
+                      f"add.f32 v0, {vals[0]}, got;"]
+            vals = ["v0"]
+    lines += [f"mov.f32 $0, {vals[0]};", "}"]
+    return "\n".join(lines)
+
+
+_LANE_SUM_PTX_R2 = tl.constexpr(_lane_sum_ptx(8))
+_LANE_SUM_PTX_R4 = tl.constexpr(_lane_sum_ptx(16))
+
+
+@triton.jit
+def _quads(x):
+    """The 4 columns a lane holds of a (…, 64) half tile (columns 4c + j, j = 0..3) as four (…, 16) tensors."""
+    a, b = tl.split(tl.reshape(x, x.shape[:-1] + (x.shape[-1] // 4, 2, 2)))
+    x0, x2 = tl.split(a)
+    x1, x3 = tl.split(b)
+    return x0, x1, x2, x3
+
+
+@triton.jit
+def _lane_partials(lo, hi, q_lo, q_hi):
+    """A lane's share of h'q̃_r over its 4 columns of the (8 × 64) half tiles (one FMA chain per row), split into
+    its 4 row sets: four (2 × 16) tensors, row set s holding rows g + 2s of row group g (lane 16g + c holds rows
+    of parity g)."""
+    l0, l1, l2, l3 = _quads(lo)
+    h0, h1, h2, h3 = _quads(hi)
+    a0, a1, a2, a3 = _quads(q_lo)
+    b0, b1, b2, b3 = _quads(q_hi)
+    part = l0 * a0[None, :]
+    part = tl.fma(h0, b0[None, :], part)
+    part = tl.fma(l1, a1[None, :], part)
+    part = tl.fma(h1, b1[None, :], part)
+    part = tl.fma(l2, a2[None, :], part)
+    part = tl.fma(h2, b2[None, :], part)
+    part = tl.fma(l3, a3[None, :], part)
+    part = tl.fma(h3, b3[None, :], part)                         # (8 rows, 16 column groups)
+    part = tl.permute(tl.reshape(part, (4, 2, 16)), (1, 2, 0))   # (row group, column group, row set)
+    a, b = tl.split(tl.reshape(part, (2, 16, 2, 2)))
+    s0, s2 = tl.split(a)
+    s1, s3 = tl.split(b)
+    return s0, s1, s2, s3
+
+
 @triton.jit
 def _update_pair_tile(lo, hi, alpha, u_new, u_old, q_rot, k_rot, k_old, mv_h, pp, pmask, P,
-                      R: tl.constexpr, BLOCK_R: tl.constexpr, HAS_PSI: tl.constexpr):
+                      R: tl.constexpr, BLOCK_R: tl.constexpr, HAS_PSI: tl.constexpr, LANES: tl.constexpr):
     """One (lo, hi) state tile: h' = α h + Σ_r (γ v ψ_r) k̃_rᵀ + (β v_prev ψ_r) k̃_prev,rᵀ, one FMA per term, and
-    the tile's part of y_r = h' q̃_r. Returns (lo', hi', y (rows × BLOCK_R))."""
+    the tile's part of y_r = h' q̃_r. Returns (lo', hi', y): y is (rows × BLOCK_R), or with LANES the lanes' form
+    (2 × 16) of the module docstring."""
     lo = alpha * lo.to(tl.float32)
     hi = alpha * hi.to(tl.float32)
     for r in tl.static_range(R):
@@ -187,12 +262,24 @@ def _update_pair_tile(lo, hi, alpha, u_new, u_old, q_rot, k_rot, k_old, mv_h, pp
         lo = lo + uo[:, None] * ko_lo[None, :]
         hi = hi + un[:, None] * k_hi[None, :]
         hi = hi + uo[:, None] * ko_hi[None, :]
-    rr = tl.arange(0, BLOCK_R)
-    y = tl.zeros((lo.shape[0], BLOCK_R), dtype=tl.float32)
-    for r in tl.static_range(R):
-        q_lo, q_hi = q_rot[r]
-        yr = tl.sum(lo * q_lo[None, :] + hi * q_hi[None, :], axis=1)
-        y += tl.where(rr[None, :] == r, yr[:, None], 0.0)
+    if LANES:
+        tl.static_assert((R == 2 or R == 4) and lo.shape[0] == 8 and lo.shape[1] == 64)
+        parts = ()
+        for r in tl.static_range(R):
+            parts = parts + _lane_partials(lo, hi, q_rot[r][0], q_rot[r][1])
+        if R == 4:
+            y = tl.inline_asm_elementwise(_LANE_SUM_PTX_R4, "=f" + ",f" * 16, list(parts), dtype=tl.float32,
+                                          is_pure=True, pack=1)
+        else:
+            y = tl.inline_asm_elementwise(_LANE_SUM_PTX_R2, "=f" + ",f" * 8, list(parts), dtype=tl.float32,
+                                          is_pure=True, pack=1)
+    else:
+        rr = tl.arange(0, BLOCK_R)
+        y = tl.zeros((lo.shape[0], BLOCK_R), dtype=tl.float32)
+        for r in tl.static_range(R):
+            q_lo, q_hi = q_rot[r]
+            yr = tl.sum(lo * q_lo[None, :] + hi * q_hi[None, :], axis=1)
+            y += tl.where(rr[None, :] == r, yr[:, None], 0.0)
     return lo, hi, y
 
 
@@ -230,6 +317,45 @@ def _finish_rows(y, v, zz, Dh, b, h, pp, pmask, P, H, norm_eps, mv_ptr, mz_ptr, 
         if HAS_PHI:
             y = y * tl.load(mo_ptr + rp, mask=rpmask, other=0.0).to(tl.float32)
         tl.store(out_ptr + (b * H + h) * P + pp, tl.sum(y, axis=1).to(out_ptr.dtype.element_ty), mask=pmask)
+
+
+@triton.jit
+def _finish_rows_lanes(y, p0, v_row, z_row, Dh, b, h, P, H, mv_ptr, mz_ptr, mo_ptr, out_ptr, R: tl.constexpr,
+                       HAS_D: tl.constexpr, HAS_Z: tl.constexpr, HAS_PSI: tl.constexpr, HAS_ZETA: tl.constexpr,
+                       HAS_PHI: tl.constexpr, PER_RANK: tl.constexpr):
+    """_finish_rows (without RMSNorm) for the 8 rows from p0 with y in the lanes' form: y[g, c] is value
+    j = c // DUP (DUP = 16 / 4R copies per value) = rank j // 4 of row p0 + g + 2 (j % 4). v and z are reloaded in
+    that layout (cache hits)."""
+    DUP: tl.constexpr = 16 // (4 * R)
+    g = tl.arange(0, 2)
+    cc = tl.arange(0, 16)
+    j = cc // DUP
+    rk = (j // 4)[None, :]
+    pp = p0 + g[:, None] + 2 * (j % 4)[None, :]
+    pmask = pp < P
+    rp = (h * R + rk) * P + pp
+    if HAS_D:
+        v = tl.load(v_row + pp, mask=pmask, other=0.0).to(tl.float32)
+        if HAS_PSI:
+            y += Dh * v * tl.load(mv_ptr + rp, mask=pmask, other=0.0).to(tl.float32)
+        else:
+            y += Dh * v
+    if HAS_Z:
+        zz = tl.load(z_row + pp, mask=pmask, other=0.0).to(tl.float32)
+        if HAS_ZETA:
+            zz = zz * tl.load(mz_ptr + rp, mask=pmask, other=0.0).to(tl.float32)
+        y = y * zz * tl.sigmoid(zz)
+    if PER_RANK:
+        tl.store(out_ptr + ((b * R + rk) * H + h) * P + pp, y.to(out_ptr.dtype.element_ty),
+                 mask=pmask & (cc % DUP == 0)[None, :])
+    else:
+        if HAS_PHI:
+            y = y * tl.load(mo_ptr + rp, mask=pmask, other=0.0).to(tl.float32)
+        total = tl.sum(tl.reshape(y, (2, R, 16 // R)), axis=1)            # over the ranks: (row group, k)
+        k = tl.arange(0, 16 // R)
+        pt = p0 + g[:, None] + 2 * (k // DUP)[None, :]
+        tl.store(out_ptr + (b * H + h) * P + pt, total.to(out_ptr.dtype.element_ty),
+                 mask=(pt < P) & (k % DUP == 0)[None, :])
 
 
 @triton.jit
@@ -309,7 +435,7 @@ def mamba3_step_kernel(
     ROW_TILES: tl.constexpr, WRITE_SMALL: tl.constexpr,
     ADJACENT: tl.constexpr, HAS_SBI: tl.constexpr, HAS_D: tl.constexpr,
     HAS_Z: tl.constexpr, HAS_PSI: tl.constexpr, HAS_ZETA: tl.constexpr, HAS_PHI: tl.constexpr,
-    PER_RANK: tl.constexpr, RMS_NORM: tl.constexpr, HAS_NW: tl.constexpr,
+    PER_RANK: tl.constexpr, RMS_NORM: tl.constexpr, HAS_NW: tl.constexpr, LANE_SUMS: tl.constexpr,
 ):
     """The state update and output of ROW_TILES × BLOCK_P rows of one (batch row, head); see the module docstring.
 
@@ -317,6 +443,7 @@ def mamba3_step_kernel(
     next one prefetched; WRITE_SMALL (all of P here): θ', k̃ and v written at the end. N in several tiles
     (BLOCK_N < N; ROW_TILES = 1): the pair blocks of the one row tile streamed, q̃/k̃ computed per block."""
     HALF: tl.constexpr = BLOCK_N // 2   # pairs per tile
+    LANES: tl.constexpr = LANE_SUMS and COMPILED   # inline PTX: not in the interpreter
     b = tl.program_id(2)
     h = tl.program_id(1)
     srow = _state_row(sbi_ptr, b, HAS_SBI)
@@ -354,11 +481,16 @@ def mamba3_step_kernel(
                                                        0, HALF, N, stride_ssp, ADJACENT)
                 v, vprev, zz = _row_inputs(v_row, sv_row, z_ptr + b * stride_zb + h * stride_zh, pp, pmask, HAS_Z)
                 lo, hi, y = _update_pair_tile(lo, hi, alpha, gamma * v, beta * vprev, q_rot, k_rot, k_old,
-                                              mv_ptr + h * R * P, pp, pmask, P, R, BLOCK_R, HAS_PSI)
+                                              mv_ptr + h * R * P, pp, pmask, P, R, BLOCK_R, HAS_PSI, LANES)
                 _store_pair_tile(ss_row, pp, pmask, 0, lo, hi, HALF, N, stride_ssp, ADJACENT)
-                _finish_rows(y, v, zz, Dh, b, h, pp, pmask, P, H, norm_eps, mv_ptr, mz_ptr, mo_ptr, nw_ptr,
-                             out_ptr, R, BLOCK_R, HAS_D, HAS_Z, HAS_PSI, HAS_ZETA, HAS_PHI, PER_RANK, RMS_NORM,
-                             HAS_NW)
+                if LANES:
+                    _finish_rows_lanes(y, p0 + t * BLOCK_P, v_row, z_ptr + b * stride_zb + h * stride_zh, Dh, b, h,
+                                       P, H, mv_ptr, mz_ptr, mo_ptr, out_ptr, R, HAS_D, HAS_Z, HAS_PSI, HAS_ZETA,
+                                       HAS_PHI, PER_RANK)
+                else:
+                    _finish_rows(y, v, zz, Dh, b, h, pp, pmask, P, H, norm_eps, mv_ptr, mz_ptr, mo_ptr, nw_ptr,
+                                 out_ptr, R, BLOCK_R, HAS_D, HAS_Z, HAS_PSI, HAS_ZETA, HAS_PHI, PER_RANK, RMS_NORM,
+                                 HAS_NW)
                 if ROW_TILES > 1:
                     lo, hi = next_lo, next_hi
             if WRITE_SMALL:  # every old θ, k̃ and v of this (row, head) has been read, by this program alone
@@ -367,19 +499,27 @@ def mamba3_step_kernel(
         else:
             pmask = pp < P
             v, vprev, zz = _row_inputs(v_row, sv_row, z_ptr + b * stride_zb + h * stride_zh, pp, pmask, HAS_Z)
-            y = tl.zeros((BLOCK_P, BLOCK_R), dtype=tl.float32)
+            if LANES:
+                y = tl.zeros((2, 16), dtype=tl.float32)
+            else:
+                y = tl.zeros((BLOCK_P, BLOCK_R), dtype=tl.float32)
             for j0 in range(0, N // 2, HALF):
                 next_lo, next_hi = _load_pair_tile(ss_row, pp, pmask, j0 + HALF, HALF, N, stride_ssp, ADJACENT)
                 _theta, q_rot, k_rot, k_old = _pair_vectors(q_row, stride_qr, k_row, stride_kr, qb_ptr + h * R * N,
                                                             kb_ptr + h * R * N, sk_row, stride_skr, sa_row, ang_row,
                                                             j0, dt, A, N, R, HALF, ADJACENT)
                 lo, hi, y_part = _update_pair_tile(lo, hi, alpha, gamma * v, beta * vprev, q_rot, k_rot, k_old,
-                                                   mv_ptr + h * R * P, pp, pmask, P, R, BLOCK_R, HAS_PSI)
+                                                   mv_ptr + h * R * P, pp, pmask, P, R, BLOCK_R, HAS_PSI, LANES)
                 y += y_part
                 _store_pair_tile(ss_row, pp, pmask, j0, lo, hi, HALF, N, stride_ssp, ADJACENT)
                 lo, hi = next_lo, next_hi
-            _finish_rows(y, v, zz, Dh, b, h, pp, pmask, P, H, norm_eps, mv_ptr, mz_ptr, mo_ptr, nw_ptr, out_ptr,
-                         R, BLOCK_R, HAS_D, HAS_Z, HAS_PSI, HAS_ZETA, HAS_PHI, PER_RANK, RMS_NORM, HAS_NW)
+            if LANES:
+                _finish_rows_lanes(y, p0, v_row, z_ptr + b * stride_zb + h * stride_zh, Dh, b, h, P, H, mv_ptr,
+                                   mz_ptr, mo_ptr, out_ptr, R, HAS_D, HAS_Z, HAS_PSI, HAS_ZETA, HAS_PHI, PER_RANK)
+            else:
+                _finish_rows(y, v, zz, Dh, b, h, pp, pmask, P, H, norm_eps, mv_ptr, mz_ptr, mo_ptr, nw_ptr,
+                             out_ptr, R, BLOCK_R, HAS_D, HAS_Z, HAS_PSI, HAS_ZETA, HAS_PHI, PER_RANK, RMS_NORM,
+                             HAS_NW)
     else:
         for t in range(ROW_TILES):
             pp = p0 + t * BLOCK_P + tl.arange(0, BLOCK_P)

@@ -5,7 +5,7 @@ import contextlib
 
 import torch
 
-from .configs import StepProblem, choose_config, next_pow2, writes_small_states
+from .configs import StepProblem, choose_config, lane_sums_fit, next_pow2, writes_small_states
 
 
 def _lastdim_contiguous(x):
@@ -43,9 +43,12 @@ def build_launches(q, k, v, adt, dt, trap, q_bias, k_bias, mimo_v, mimo_z, mimo_
     if out is None:
         shape = (bsz, rank, nheads, headdim) if per_rank else (bsz, nheads, headdim)
         out = torch.empty(shape, device=v.device, dtype=v.dtype)
+    problem = StepProblem(headdim, dstate, rank, rms_norm=bool(rms_norm), row_heads=bsz * nheads)
     if config is None:
-        config = choose_config(None, StepProblem(headdim, dstate, rank, rms_norm=bool(rms_norm),
-                                                 row_heads=bsz * nheads))
+        config = choose_config(None, problem)
+    if config.lane_sums and not lane_sums_fit(config, problem):
+        raise ValueError(f"step kernel: lane_sums needs R = 2 or 4, 8 × 128 tiles in one warp and no RMSNorm, got "
+                         f"R={rank}, {config}, rms_norm={bool(rms_norm)}")
     if rms_norm and config.block_p < headdim:
         raise ValueError(f"step kernel: the fused RMSNorm needs all of P={headdim} in one program, "
                          f"got block_p={config.block_p}")
@@ -77,7 +80,8 @@ def build_launches(q, k, v, adt, dt, trap, q_bias, k_bias, mimo_v, mimo_z, mimo_
                       HAS_D=D is not None, HAS_Z=z is not None,
                       HAS_PSI=mimo_v is not None, HAS_ZETA=mimo_z is not None and z is not None,
                       HAS_PHI=mimo_out is not None, PER_RANK=per_rank, RMS_NORM=bool(rms_norm),
-                      HAS_NW=norm_weight is not None, num_warps=config.num_warps, num_stages=config.num_stages)
+                      HAS_NW=norm_weight is not None, LANE_SUMS=config.lane_sums, num_warps=config.num_warps,
+                      num_stages=config.num_stages)
     rows_args = (
         k, v, dt, angles, k_bias, angle_state, k_state, v_state, sbi,
         k.stride(0), k.stride(1), k.stride(2), v.stride(0), v.stride(1), stride_angb, stride_angh,
