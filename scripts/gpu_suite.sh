@@ -6,6 +6,8 @@
 #   ops      tests/gpu/test_siso.py + test_mimo.py     (H200, 14 xdist workers, cold cache: 150-215 s for the
 #            179 tests of the fourteenth session; more since)
 #   rest     the other tests/gpu files (step, host sync, modules, reference on CUDA)  (≈ 3-5 min, 177 tests)
+#   step     (not in the default) the decode step alone: tests/gpu/test_step.py, then bench_step.py at batch 128
+#            (with its tile sweep), 8 and 1 (≈ 4 + 2 min)
 #   demo     the CPU demo's configuration trained through the kernels                     (≤ 2 min)
 #   bench    bench_siso, bench_mimo, bench_step, bench_task_step, bench_custom_ops, each with a cold cache
 #            (≈ 3 + 3 + 1 + 1 + 1 min)
@@ -15,14 +17,23 @@
 #            SWEEP_SISO_B1 (--only filters of bench_mimo.py --sweep and sweep_siso.py at B8 / B1; "" skips one)
 # One device call runs for at most 10 minutes, so split the suite over calls, e.g. PARTS=ops, then PARTS=rest,
 # then PARTS=bench (measured on the H200, thirteenth session). Writes <part>_tests.log, demo.log, the benchmarks'
-# JSON + markdown and info.txt under $OUT; BUNDLE=1 packs everything into $OUT/gpu_suite.tgz (for transports that
-# return only a few files). The exit code is non-zero if any part failed.
+# JSON + markdown and info.txt under $OUT; BUNDLE=1 writes them elsewhere and packs them into $OUT/gpu_suite.tgz
+# after every part, so $OUT holds one file and a call cut short (time or device budget) still returns the parts
+# that finished (the device transport returns at most eight files: the twentieth session lost a test log that
+# way). The exit code is non-zero if any part failed.
 set -uo pipefail
 OUT=${OUT:-gpu_results}
 TEST_TIMEOUT=${TEST_TIMEOUT:-480}
 PARTS=${PARTS:-ops rest demo bench info}
 has() { [[ " $PARTS " == *" $1 "* ]]; }
 mkdir -p "$OUT"
+BUNDLE_DIR=
+if [ -n "${BUNDLE:-}" ]; then BUNDLE_DIR=$OUT; OUT=$(mktemp -d); fi
+pack() {  # the results so far as $BUNDLE_DIR/gpu_suite.tgz (replaced whole, never half-written)
+  if [ -n "$BUNDLE_DIR" ]; then
+    tar czf "$BUNDLE_DIR/.gpu_suite.tgz" -C "$OUT" . && mv "$BUNDLE_DIR/.gpu_suite.tgz" "$BUNDLE_DIR/gpu_suite.tgz"
+  fi
+}
 export PYTHONPATH=.${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 status=0
 XDIST=$(python3 -c 'import xdist' 2>/dev/null && echo "-n 14")
@@ -34,6 +45,7 @@ run_tests() {  # run_tests NAME PYTEST_ARGS... (files and options)
   timeout -s INT "$TEST_TIMEOUT" python3 -m pytest "$@" -q -ra -p no:cacheprovider $XDIST \
     > "$OUT/${name}_tests.log" 2>&1 || status=1
   tail -n 3 "$OUT/${name}_tests.log"
+  pack
 }
 if has ops; then
   run_tests ops tests/gpu/test_siso.py tests/gpu/test_mimo.py "$@"
@@ -41,17 +53,31 @@ fi
 if has rest; then
   run_tests rest tests/gpu --ignore=tests/gpu/test_siso.py --ignore=tests/gpu/test_mimo.py "$@"
 fi
+if has step; then
+  run_tests step tests/gpu/test_step.py "$@"
+  for batch in 128 8 1; do
+    sweep=$([ "$batch" = 128 ] || echo --no-sweep)
+    timeout 200 python3 benchmarks/bench_step.py --batch "$batch" $sweep --out "$OUT/step_batch$batch.json" \
+      > "$OUT/bench_step_batch$batch.log" 2>&1 || status=1
+    python3 -c "import json, sys; [print({k: r[k] for k in ('op', 'batch', 'ms', 'TBps', 'frac_of_copy', 'vs_siso')
+                if k in r}) for r in json.load(open(sys.argv[1]))['rows'] if r['chosen']]" "$OUT/step_batch$batch.json" \
+      || tail -n 3 "$OUT/bench_step_batch$batch.log"
+    pack
+  done
+fi
 if has demo; then  # training through the kernels: the CPU demo's configuration, Mamba-3 only, on the GPU
   timeout 120 python3 -m mamba3 train demo --models mamba3 --device cuda --quiet --out "$OUT/demo_runs" \
     > "$OUT/demo.log" 2>&1 || status=1
   rm -rf "$OUT/demo_runs"
   tail -n 4 "$OUT/demo.log"
+  pack
 fi
 if has bench; then
   for bench in siso mimo step task_step custom_ops; do
     timeout 300 python3 "benchmarks/bench_$bench.py" --out "$OUT/$bench.json" > "$OUT/bench_$bench.log" 2>&1 \
       || status=1
     cat "$OUT/$bench.md" 2>/dev/null || tail -n 5 "$OUT/bench_$bench.log"
+    pack
   done
 fi
 if has sweeps; then  # defaults: the open questions. Everything prepared without a GPU was timed in the seventeenth
@@ -81,7 +107,5 @@ if has info; then
   python3 -m mamba3 info > "$OUT/info.txt" 2>&1 || status=1
   tail -n 3 "$OUT/info.txt"
 fi
-if [ -n "${BUNDLE:-}" ]; then
-  tar czf "$OUT.tgz" -C "$(dirname "$OUT")" "$(basename "$OUT")" && rm -rf "${OUT:?}"/* && mv "$OUT.tgz" "$OUT/gpu_suite.tgz"
-fi
+pack
 exit $status
