@@ -21,17 +21,11 @@ from mamba3.tasks import data  # noqa: E402
 from mamba3.tasks.train import load_checkpoint  # noqa: E402
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("checkpoint")
-    ap.add_argument("--length", type=int, default=512)
-    ap.add_argument("--n", type=int, default=64)
-    ap.add_argument("--seed", type=int, default=1)
-    a = ap.parse_args()
-    ck = torch.load(a.checkpoint, map_location="cpu", weights_only=True)
-    task = ck["task"]
-    model = load_checkpoint(a.checkpoint).eval()
+def decay_stats(model, task: str, length: int, n: int, seed: int = 1) -> list[dict[str, torch.Tensor]]:
+    """Per layer: mean adt per token, median A and the median over strings of Σ adt, each per head (float64),
+    over n strings of ``task`` at ``length`` (the <bos> token excluded)."""
     seen = {}
+    saved = []
     for i, block in enumerate(model.layers):
         layer = next(m for m in block.modules() if hasattr(m, "_project"))
         project = layer._project
@@ -41,18 +35,43 @@ def main():
             seen[i] = (out[4].detach().double(), out[5].detach().double())    # ADT, DT: (B, T, H)
             return out
         layer._project = record
-    batch = data.make_batch(task, [a.length] * a.n, torch.Generator().manual_seed(a.seed))
-    T = int(batch.query.max()) + 1
-    with torch.no_grad():
-        model(batch.tokens[:, :T], batch.query)
-    torch.set_printoptions(precision=3, linewidth=160, sci_mode=False)
-    print(f"{task}, {a.n} strings of length {a.length} (the <bos> token excluded)")
+        saved.append((layer, project))
+    try:
+        batch = data.make_batch(task, [length] * n, torch.Generator().manual_seed(seed))
+        T = int(batch.query.max()) + 1
+        was = model.training
+        model.eval()
+        with torch.no_grad():
+            model(batch.tokens[:, :T], batch.query)
+        model.train(was)
+    finally:
+        for layer, project in saved:
+            layer._project = project
+    out = []
     for i in sorted(seen):
         adt, dt = (x[:, 1:T] for x in seen[i])
-        print(f"layer {i}: mean adt per token {adt.mean((0, 1))}")
-        print(f"         median A            {(adt / dt).median(1).values.median(0).values}")
-        print(f"         Σ adt (median row)  {adt.sum(1).median(0).values}")
+        out.append(dict(mean_adt=adt.mean((0, 1)), median_A=(adt / dt).median(1).values.median(0).values,
+                        total=adt.sum(1).median(0).values))
+    return out
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser()
+    ap.add_argument("checkpoint")
+    ap.add_argument("--length", type=int, default=512)
+    ap.add_argument("--n", type=int, default=64)
+    ap.add_argument("--seed", type=int, default=1)
+    a = ap.parse_args(argv)
+    task = torch.load(a.checkpoint, map_location="cpu", weights_only=True)["task"]
+    stats = decay_stats(load_checkpoint(a.checkpoint), task, a.length, a.n, a.seed)
+    torch.set_printoptions(precision=3, linewidth=160, sci_mode=False)
+    print(f"{task}, {a.n} strings of length {a.length} (the <bos> token excluded)")
+    for i, s in enumerate(stats):
+        print(f"layer {i}: mean adt per token {s['mean_adt']}")
+        print(f"         median A            {s['median_A']}")
+        print(f"         Σ adt (median row)  {s['total']}")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
