@@ -1,6 +1,23 @@
 """Shared fixtures of the training tests."""
+import importlib.util
+from pathlib import Path
+
 import pytest
 import torch
+
+SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
+
+
+@pytest.fixture
+def script():
+    """script(name): the module scripts/<name>.py, imported from its file (the scripts are not a package)."""
+    def load(name: str):
+        spec = importlib.util.spec_from_file_location(name, SCRIPTS / f"{name}.py")
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        return mod
+
+    return load
 
 
 @pytest.fixture

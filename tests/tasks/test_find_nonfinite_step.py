@@ -1,22 +1,11 @@
 """scripts/find_nonfinite_step.py: the replay tool's comparison at a forced step (CPU, tiny model)."""
-import importlib.util
 import re
-from pathlib import Path
 
 import torch
 
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "find_nonfinite_step.py"
 
-
-def load_tool():
-    spec = importlib.util.spec_from_file_location("find_nonfinite_step", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-def test_forced_comparison_dumps_the_state_and_matches_float64(tmp_path, capsys):
-    tool = load_tool()
+def test_forced_comparison_dumps_the_state_and_matches_float64(tmp_path, capsys, script):
+    tool = script("find_nonfinite_step")
     dump = tmp_path / "hunt.pt"
     rc = tool.main(["parity", "--model", "mimo", "--d-model", "16", "--d-state", "16", "--headdim", "8",
                     "--steps", "40", "--batch", "8", "--max-len", "3:8", "--device", "cpu", "--pack", "yes",
@@ -37,12 +26,12 @@ TINY = ["parity", "--d-model", "16", "--d-state", "16", "--headdim", "8", "--ste
         "--max-len", "3:8", "--device", "cpu"]
 
 
-def test_finds_the_first_nonfinite_step(tmp_path, capsys, poison_gradients_from):
+def test_finds_the_first_nonfinite_step(tmp_path, capsys, poison_gradients_from, script):
     """NaN gradients from the 4th step on (0-based step 3): the replay stops there, names the gradients, dumps the
     state before that step (finite) and still compares that step against float64."""
     poison_gradients_from(4)
     dump = tmp_path / "hunt.pt"
-    assert load_tool().main(TINY + ["--dump", str(dump)]) == 0
+    assert script("find_nonfinite_step").main(TINY + ["--dump", str(dump)]) == 0
     out = capsys.readouterr().out
     assert re.search(r"^step 3 \(lengths ≤ \d+\): loss [0-9.e+-]+, gradient norm nan; non-finite gradients: \[",
                      out, re.M), out
@@ -51,8 +40,8 @@ def test_finds_the_first_nonfinite_step(tmp_path, capsys, poison_gradients_from)
     assert "cpu float64 reference (padded)" in out
 
 
-def test_clean_replay_and_step_limits(capsys):
-    tool = load_tool()
+def test_clean_replay_and_step_limits(capsys, script):
+    tool = script("find_nonfinite_step")
     assert tool.main(TINY + ["--max-steps", "3"]) == 0
     assert tool.main(TINY + ["--max-steps", "0"]) == 0
     assert capsys.readouterr().out.splitlines()[-2:] == ["no non-finite value in 3 steps",

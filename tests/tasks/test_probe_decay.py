@@ -1,22 +1,11 @@
 """scripts/probe_decay.py: the per-head decay it reports, on a model whose decay is known exactly (CPU, tiny)."""
-import importlib.util
 import re
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
 from mamba3.tasks import data
 from mamba3.tasks.models import TaskModel
-
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "probe_decay.py"
-
-
-def load_tool():
-    spec = importlib.util.spec_from_file_location("probe_decay", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def constant_decay_model():
@@ -33,8 +22,8 @@ def constant_decay_model():
     return model
 
 
-def test_decay_of_a_known_model(tmp_path, capsys):
-    tool = load_tool()
+def test_decay_of_a_known_model(tmp_path, capsys, script):
+    tool = script("probe_decay")
     model = constant_decay_model()
     L = 12
     stats = tool.decay_stats(model, "parity", L, n=4)
