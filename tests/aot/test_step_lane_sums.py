@@ -75,7 +75,8 @@ def _lane_sum_launches():
 _LANE_ORDER = "register = [], lane = [[0, 1], [0, 2], [0, 4], [0, 8], [1, 0]], warp = []"
 
 
-def _layout_of(ttgir: str, name: str) -> str:
+def _layout_of(ttgir: str, name: str) -> tuple[str, str]:
+    """(kind, body) of the layout definition #name = #ttg.kind<{body}> in the IR."""
     m = re.search(rf"^{re.escape(name)} = #ttg\.(\w+)<\{{(.*)\}}>$", ttgir, re.M)
     assert m, f"no definition of {name}"
     return m.group(1), m.group(2)
