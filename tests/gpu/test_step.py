@@ -174,7 +174,7 @@ TILE_CONFIGS = [  # (block_p, block_n, num_warps, row_tiles): the benchmark's sw
     (bp, 128, w, rt) for bp, w in ((4, 1), (8, 1), (16, 1), (16, 2), (32, 2)) for rt in (1, 2, 4, 8, 16) if bp * rt <= 64
 ] + [(8, 32, 1, 1), (8, 64, 1, 1), (16, 64, 1, 1)]
 # (siso, config, lane sums): every tile for both; MIMO's 8 × 128 one-warp tiles also with the lanes' sums; and
-# programs that hold exactly P = 48 rows (no row masks: EVEN_P)
+# programs that hold exactly P = 48 rows
 TILE_CASES = [(siso, cfg, False) for siso in (True, False) for cfg in TILE_CONFIGS] + [
     (False, cfg, True) for cfg in TILE_CONFIGS + [(8, 128, 1, 6)] if cfg[:3] == (8, 128, 1)] + [
     (True, (16, 128, 1, 3), False), (False, (16, 128, 1, 3), False)]

@@ -320,19 +320,19 @@ def _finish_rows(y, v, zz, Dh, b, h, pp, pmask, P, H, norm_eps, mv_ptr, mz_ptr, 
 
 
 @triton.jit
-def _finish_rows_lanes(y, p0, row_end, v_row, z_row, Dh, b, h, P, H, mv_ptr, mz_ptr, mo_ptr, out_ptr, R: tl.constexpr,
+def _finish_rows_lanes(y, p0, v_row, z_row, Dh, b, h, P, H, mv_ptr, mz_ptr, mo_ptr, out_ptr, R: tl.constexpr,
                        HAS_D: tl.constexpr, HAS_Z: tl.constexpr, HAS_PSI: tl.constexpr, HAS_ZETA: tl.constexpr,
                        HAS_PHI: tl.constexpr, PER_RANK: tl.constexpr):
-    """_finish_rows (without RMSNorm) for the 8 rows from p0 (those < row_end) with y in the lanes' form: y[g, c] is
-    value j = c // DUP (DUP = 16 / 4R copies per value) = rank j // 4 of row p0 + g + 2 (j % 4). v and z are
-    reloaded in that layout (cache hits)."""
+    """_finish_rows (without RMSNorm) for the 8 rows from p0 with y in the lanes' form: y[g, c] is value
+    j = c // DUP (DUP = 16 / 4R copies per value) = rank j // 4 of row p0 + g + 2 (j % 4). v and z are reloaded in
+    that layout (cache hits)."""
     DUP: tl.constexpr = 16 // (4 * R)
     g = tl.arange(0, 2)
     cc = tl.arange(0, 16)
     j = cc // DUP
     rk = (j // 4)[None, :]
     pp = p0 + g[:, None] + 2 * (j % 4)[None, :]
-    pmask = pp < row_end
+    pmask = pp < P
     rp = (h * R + rk) * P + pp
     if HAS_D:
         v = tl.load(v_row + pp, mask=pmask, other=0.0).to(tl.float32)
@@ -355,7 +355,7 @@ def _finish_rows_lanes(y, p0, row_end, v_row, z_row, Dh, b, h, P, H, mv_ptr, mz_
         k = tl.arange(0, 16 // R)
         pt = p0 + g[:, None] + 2 * (k // DUP)[None, :]
         tl.store(out_ptr + (b * H + h) * P + pt, total.to(out_ptr.dtype.element_ty),
-                 mask=(pt < row_end) & (k % DUP == 0)[None, :])
+                 mask=(pt < P) & (k % DUP == 0)[None, :])
 
 
 @triton.jit
@@ -432,7 +432,7 @@ def mamba3_step_kernel(
     H, heads_per_group, P, A, norm_eps,
     N: tl.constexpr,
     R: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr,
-    ROW_TILES: tl.constexpr, WRITE_SMALL: tl.constexpr, EVEN_P: tl.constexpr,
+    ROW_TILES: tl.constexpr, WRITE_SMALL: tl.constexpr,
     ADJACENT: tl.constexpr, HAS_SBI: tl.constexpr, HAS_D: tl.constexpr,
     HAS_Z: tl.constexpr, HAS_PSI: tl.constexpr, HAS_ZETA: tl.constexpr, HAS_PHI: tl.constexpr,
     PER_RANK: tl.constexpr, RMS_NORM: tl.constexpr, HAS_NW: tl.constexpr, LANE_SUMS: tl.constexpr,
@@ -441,22 +441,14 @@ def mamba3_step_kernel(
 
     Whole rows (BLOCK_N ≥ N): θ', q̃, k̃ and the previous k̃ computed once, then ROW_TILES tiles streamed with the
     next one prefetched; WRITE_SMALL (all of P here): θ', k̃ and v written at the end. N in several tiles
-    (BLOCK_N < N; ROW_TILES = 1): the pair blocks of the one row tile streamed, q̃/k̃ computed per block.
-    EVEN_P: the program holds exactly P = BLOCK_P·ROW_TILES rows, so its row masks are known to be true at compile
-    time and fold away (AOT sm_90, MIMO R = 4 with lane sums: 732 → 674 instructions per tile, 238 → 222
-    registers)."""
+    (BLOCK_N < N; ROW_TILES = 1): the pair blocks of the one row tile streamed, q̃/k̃ computed per block."""
     HALF: tl.constexpr = BLOCK_N // 2   # pairs per tile
     LANES: tl.constexpr = LANE_SUMS and COMPILED   # inline PTX: not in the interpreter
     b = tl.program_id(2)
     h = tl.program_id(1)
     srow = _state_row(sbi_ptr, b, HAS_SBI)
     b = b.to(tl.int64)
-    if EVEN_P:      # one program per (row, head): the grid's first dimension is 1
-        p0 = 0
-        row_end = BLOCK_P * ROW_TILES
-    else:
-        p0 = tl.program_id(0) * (BLOCK_P * ROW_TILES)
-        row_end = P
+    p0 = tl.program_id(0) * (BLOCK_P * ROW_TILES)
     if srow >= 0:
         g = h // heads_per_group
         ss_row = ss_ptr + srow * stride_ssb + h * stride_ssh
@@ -470,7 +462,7 @@ def mamba3_step_kernel(
         # The first state tile is requested before anything else (warps issue in order: an early use of a
         # loaded value would hold back every load behind it).
         pp = p0 + tl.arange(0, BLOCK_P)
-        lo, hi = _load_pair_tile(ss_row, pp, pp < row_end, 0, HALF, N, stride_ssp, ADJACENT)
+        lo, hi = _load_pair_tile(ss_row, pp, pp < P, 0, HALF, N, stride_ssp, ADJACENT)
         dt, alpha, gamma, beta = _head_scalars(adt_ptr, dt_ptr, trap_ptr, b, h, H)
         if HAS_D:
             Dh = tl.load(D_ptr + h).to(tl.float32)
@@ -482,19 +474,19 @@ def mamba3_step_kernel(
                                                        dt, A, N, R, HALF, ADJACENT)
             for t in range(ROW_TILES):
                 pp = p0 + t * BLOCK_P + tl.arange(0, BLOCK_P)
-                pmask = pp < row_end
+                pmask = pp < P
                 if ROW_TILES > 1:  # the next tile (nothing after the last one)
                     next_rows = pp + BLOCK_P
-                    next_lo, next_hi = _load_pair_tile(ss_row, next_rows, (next_rows < row_end) & (t + 1 < ROW_TILES),
+                    next_lo, next_hi = _load_pair_tile(ss_row, next_rows, (next_rows < P) & (t + 1 < ROW_TILES),
                                                        0, HALF, N, stride_ssp, ADJACENT)
                 v, vprev, zz = _row_inputs(v_row, sv_row, z_ptr + b * stride_zb + h * stride_zh, pp, pmask, HAS_Z)
                 lo, hi, y = _update_pair_tile(lo, hi, alpha, gamma * v, beta * vprev, q_rot, k_rot, k_old,
                                               mv_ptr + h * R * P, pp, pmask, P, R, BLOCK_R, HAS_PSI, LANES)
                 _store_pair_tile(ss_row, pp, pmask, 0, lo, hi, HALF, N, stride_ssp, ADJACENT)
                 if LANES:
-                    _finish_rows_lanes(y, p0 + t * BLOCK_P, row_end, v_row, z_ptr + b * stride_zb + h * stride_zh, Dh,
-                                       b, h, P, H, mv_ptr, mz_ptr, mo_ptr, out_ptr, R, HAS_D, HAS_Z, HAS_PSI,
-                                       HAS_ZETA, HAS_PHI, PER_RANK)
+                    _finish_rows_lanes(y, p0 + t * BLOCK_P, v_row, z_ptr + b * stride_zb + h * stride_zh, Dh, b, h,
+                                       P, H, mv_ptr, mz_ptr, mo_ptr, out_ptr, R, HAS_D, HAS_Z, HAS_PSI, HAS_ZETA,
+                                       HAS_PHI, PER_RANK)
                 else:
                     _finish_rows(y, v, zz, Dh, b, h, pp, pmask, P, H, norm_eps, mv_ptr, mz_ptr, mo_ptr, nw_ptr,
                                  out_ptr, R, BLOCK_R, HAS_D, HAS_Z, HAS_PSI, HAS_ZETA, HAS_PHI, PER_RANK, RMS_NORM,
@@ -505,7 +497,7 @@ def mamba3_step_kernel(
                 _store_small_states(theta, k_rot, v_row, sa_row, sk_row, stride_skr, sv_row, P, A, N, R, HALF,
                                     BLOCK_P, ROW_TILES, ADJACENT)
         else:
-            pmask = pp < row_end
+            pmask = pp < P
             v, vprev, zz = _row_inputs(v_row, sv_row, z_ptr + b * stride_zb + h * stride_zh, pp, pmask, HAS_Z)
             if LANES:
                 y = tl.zeros((2, 16), dtype=tl.float32)
@@ -522,9 +514,8 @@ def mamba3_step_kernel(
                 _store_pair_tile(ss_row, pp, pmask, j0, lo, hi, HALF, N, stride_ssp, ADJACENT)
                 lo, hi = next_lo, next_hi
             if LANES:
-                _finish_rows_lanes(y, p0, row_end, v_row, z_ptr + b * stride_zb + h * stride_zh, Dh, b, h, P, H,
-                                   mv_ptr, mz_ptr, mo_ptr, out_ptr, R, HAS_D, HAS_Z, HAS_PSI, HAS_ZETA, HAS_PHI,
-                                   PER_RANK)
+                _finish_rows_lanes(y, p0, v_row, z_ptr + b * stride_zb + h * stride_zh, Dh, b, h, P, H, mv_ptr,
+                                   mz_ptr, mo_ptr, out_ptr, R, HAS_D, HAS_Z, HAS_PSI, HAS_ZETA, HAS_PHI, PER_RANK)
             else:
                 _finish_rows(y, v, zz, Dh, b, h, pp, pmask, P, H, norm_eps, mv_ptr, mz_ptr, mo_ptr, nw_ptr,
                              out_ptr, R, BLOCK_R, HAS_D, HAS_Z, HAS_PSI, HAS_ZETA, HAS_PHI, PER_RANK, RMS_NORM,

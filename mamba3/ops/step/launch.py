@@ -93,8 +93,7 @@ def build_launches(q, k, v, adt, dt, trap, q_bias, k_bias, mimo_v, mimo_z, mimo_
                      num_stages=1)
     rows_per_program = config.block_p * config.row_tiles
     write_small = writes_small_states(config, headdim, dstate)   # one program per (row, head)
-    state_meta.update(ROW_TILES=config.row_tiles, WRITE_SMALL=write_small,
-                      EVEN_P=write_small and headdim == rows_per_program)
+    state_meta.update(ROW_TILES=config.row_tiles, WRITE_SMALL=write_small)
     # grids run the row tiles of a head fastest, then heads, then batch rows: consecutive programs stream
     # neighbouring parts of the (B, H, P, N) state (batch rows are H·P·N·4 bytes apart)
     launches = [(mamba3_step_kernel, state_args, state_meta, (-(-headdim // rows_per_program), nheads, bsz))]
