@@ -80,12 +80,11 @@ if has bench; then
     pack
   done
 fi
-if has sweeps; then  # defaults: the open questions. Everything prepared without a GPU was timed in the seventeenth
-  # session (MIMO 16-bit backward dots: dq still wrong on Triton 3.6; 32-row bwd16 tiles 48.4 ms; SISO scan timed at
-  # B8-B1): the SISO default (the chunk-state scan where the launcher picks it) against the chunked path, both
-  # sides of the launcher's rule (B8: the scan, B1: chunked); no MIMO candidate is pending
+if has sweeps; then  # defaults: the open questions. Pending (twenty-first session, prepared without a GPU): the
+  # SISO forward's chunk states in bf16 on the scan path (SisoConfig.states16) against the default at B8 (B1 runs
+  # the chunked path, where the option does nothing); no MIMO candidate is pending
   SWEEP_MIMO=${SWEEP_MIMO-}
-  SWEEP_SISO=${SWEEP_SISO-bf16-joined-c64-w4/8,bf16-joined-c64-w4/8-chunked}
+  SWEEP_SISO=${SWEEP_SISO-bf16-joined-c64-w4/8,bf16-joined-c64-w4/8-states16,bf16-joined-c64-w4/8}
   if [ -n "$SWEEP_MIMO" ]; then
     timeout 400 python3 benchmarks/bench_mimo.py --shapes none --sweep --only="$SWEEP_MIMO" --out "$OUT/mimo_sweep.json" \
       > "$OUT/sweep_mimo.log" 2>&1 || status=1
@@ -96,7 +95,7 @@ if has sweeps; then  # defaults: the open questions. Everything prepared without
       > "$OUT/sweep_siso.log" 2>&1 || status=1
     tail -n 8 "$OUT/sweep_siso.log"
   fi
-  SWEEP_SISO_B1=${SWEEP_SISO_B1-bf16-joined-c64-w4/8,bf16-joined-c64-w4/8-scan}  # B1: 64 scan programs
+  SWEEP_SISO_B1=${SWEEP_SISO_B1-}  # e.g. bf16-joined-c64-w4/8,bf16-joined-c64-w4/8-scan (B1: 64 scan programs)
   if [ -n "$SWEEP_SISO_B1" ]; then
     timeout 200 python3 benchmarks/sweep_siso.py --shape B1 --only "$SWEEP_SISO_B1" --out "$OUT/siso_sweep_b1.json" \
       > "$OUT/sweep_siso_b1.log" 2>&1 || status=1

@@ -67,6 +67,27 @@ def test_scan_states(feature, dtype, monkeypatch):
     _check(_case(dtype=DT[dtype], N=128, P=128, A=32, **FEATURES[feature]))
 
 
+@pytest.mark.parametrize("feature", ["base", "states", "varlen-states", "T-odd"])
+@pytest.mark.parametrize("dtype", ["bf16", "fp16"])
+def test_forward_states16(feature, dtype, monkeypatch):
+    """``SisoConfig.states16`` (the forward's chunk states stored in the 16-bit dot dtype) on the forced scan: the
+    same results as the fp32 state buffer, bit for bit, and within the bars against float64."""
+    from mamba3.ops.siso.check import force_config, siso_kernel
+    from mamba3.testing.compare import with_grads
+
+    args = _case(dtype=DT[dtype], N=128, P=128, A=32, **FEATURES[feature])
+    force_config(monkeypatch, scan_states=True, states16=False)
+    want = with_grads(siso_kernel(None), args)
+    monkeypatch.undo()
+    force_config(monkeypatch, scan_states=True, states16=True)
+    got = with_grads(siso_kernel(None), args, want[3])
+    assert torch.equal(got[0], want[0]), "output differs from the fp32 state buffer's"
+    for name in want[2]:
+        assert (got[2][name] is None) == (want[2][name] is None) and (
+            got[2][name] is None or torch.equal(got[2][name], want[2][name])), name
+    _check(args)
+
+
 @pytest.mark.parametrize("dtype", ["bf16", "fp16"])
 def test_scan_states_chosen_on_full_grids(dtype, monkeypatch):
     """The launcher's own choice (``function._scan_states``) on a dense 16-bit batch of ≥ 1.5 scan programs per SM:

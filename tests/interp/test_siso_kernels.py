@@ -158,3 +158,42 @@ def test_scan_states_choice(dtype, B, T, cu, sms, forced, want):
         ctx.cfg = dataclasses.replace(ctx.cfg, scan_states=forced)
     blocks = (128 // ctx.cfg.bn) * (64 // ctx.cfg.bp)
     assert F._scan_states(ctx, ctx.chunks.nseq * 32 * blocks) is want
+
+
+@pytest.mark.parametrize("kw", [dict(dtype=torch.bfloat16, T=40, B=1, N=64, P=64, A=16, states=True),
+                                dict(dtype=torch.float16, T=50, B=1, N=64, P=64, A=16, cu=[0, 25, 50])],
+                         ids=["bf16-states", "fp16-varlen"])
+def test_siso_forward_states16(kw, monkeypatch):
+    """``SisoConfig.states16``: the forward's chunk-state scan stores the states in the 16-bit dot dtype (the
+    output kernel receives that buffer) and the results are bit-identical to the fp32 buffer's (that kernel
+    rounds each state to the dot dtype before its dot; the backward recomputes fp32 states)."""
+    import mamba3.ops.siso.function as F
+    from mamba3.ops.siso.check import force_config
+    from mamba3.testing.compare import with_grads
+
+    args = make_case(**kw)
+    state_dtypes = []
+    launch = F.launch
+
+    def record(kernel, grid, *a, **meta):
+        if kernel.fn.__name__ == "output_kernel":
+            state_dtypes.append(a[12].dtype)  # st_ptr
+        launch(kernel, grid, *a, **meta)
+
+    monkeypatch.setattr(F, "launch", record)
+    runs, upstream = {}, None
+    for states16 in (False, True):
+        force_config(monkeypatch, scan_states=True, states16=states16)
+        runs[states16] = with_grads(siso_kernel(16), args, upstream)
+        upstream = runs[states16][3]
+        monkeypatch.undo()
+        monkeypatch.setattr(F, "launch", record)
+    assert state_dtypes == [torch.float32, kw["dtype"]], state_dtypes
+    (out0, fin0, g0, _), (out1, fin1, g1, _) = runs[False], runs[True]
+    assert torch.equal(out0, out1)
+    for a, b in zip(fin0, fin1):
+        assert torch.equal(a, b)
+    for name in g0:
+        assert (g0[name] is None and g1[name] is None) or torch.equal(g0[name], g1[name]), name
+    force_config(monkeypatch, scan_states=True, states16=True)
+    run_and_compare(args, 16)

@@ -74,6 +74,13 @@ class SisoConfig:
     # chunk-parallel: B = 1 keeps only H·(N/bn)·(P/bp) programs in the scan); None: the launcher decides from the
     # grid (``siso.function._scan_states``)
     scan_states: bool | None = None
+    # True: on the 16-bit-dot path, the forward's chunk-state scan stores the state entering each chunk in the dot
+    # dtype (half the bytes of the fp32 buffer: 268 instead of 537 MB written and read at B8 T4096 H32 N128 P64).
+    # Bit-identical: the output kernel, its only reader, rounds each state to the dot dtype before its one dot, and
+    # the scan's running state stays fp32 (as do the final state and the backward's recomputed states, which
+    # bwd_dv reads in fp32). Ignored where the chunk-parallel path runs (state_passing accumulates in place).
+    # Off until timed on a GPU (prepared in the twenty-first session without one).
+    states16: bool = False
 
     def __post_init__(self):
         if self.halves and self.half_dots:

@@ -128,27 +128,39 @@ def _chunk_sums(ctx, adt, dt, trap, angles, input_states, off=None):
     return gsum, coef, off, final_angle
 
 
-def _states(ctx, q, k, v, adt, dt, trap, q_bias, k_bias, angles, input_states, off=None):
+def _states(ctx, q, k, v, adt, dt, trap, q_bias, k_bias, angles, input_states, off=None, for_output=False):
     """Forward steps 1–3: θ offsets (``off``: already known), the per-token coefficient table (cs, γ, scale) and
-    the fp32 state entering every chunk (nchunks, H, P, N)."""
+    the state entering every chunk (nchunks, H, P, N): fp32, or with ``for_output`` (the forward, whose output
+    kernel is the only reader) in the dot dtype where ``_forward_states_dtype`` says so."""
     ch, cfg = ctx.chunks, ctx.cfg
     H, N, P, A = ctx.H, ctx.N, ctx.P, ctx.A
     gsum, coef, off, final_angle = _chunk_sums(ctx, adt, dt, trap, angles, input_states, off)
     rot, plane = rotation_planes(angles, dt, off, ch, H, A)
     s0, w0 = _s_init(ctx, dt, trap, input_states)
     final_ssm = torch.empty(ch.nseq, H, P, N, device=v.device, dtype=torch.float32)
-    st = _chunk_states(ctx, 0, v, None, k, k_bias, coef, rot, plane, gsum, s0, final_ssm)
+    st = _chunk_states(ctx, 0, v, None, k, k_bias, coef, rot, plane, gsum, s0, final_ssm,
+                       _forward_states_dtype(ctx) if for_output else torch.float32)
     return (rot, plane), gsum, coef, st, final_angle, final_ssm, w0, off
 
 
-def _chunk_states(ctx, mode, x, z, k, k_bias, coef, rot, plane, gsum, init, final):
-    """MODE 0: the fp32 state entering every chunk (nchunks, H, P, N), from init (NS, H, P, N, or None for 0),
-    final state into ``final``; MODE 1 (x = dO, z, k = q): the dS leaving every chunk, the pass in reverse from
-    init = dS_final, the gradient of the input state into ``final``. One scan kernel where ``_scan_states`` says so,
-    else the chunk-parallel local terms and ``common.state_passing``."""
+def _forward_states_dtype(ctx) -> torch.dtype:
+    """The dtype of the forward's stored chunk states (``SisoConfig.states16``): the 16-bit dot dtype on the
+    scan path with interleaved 16-bit dots, else fp32."""
+    ch, cfg = ctx.chunks, ctx.cfg
+    blocks = (ctx.N // cfg.bn) * (ctx.P // cfg.bp)
+    if cfg.states16 and ctx.dot_dt != tl.float32 and not cfg.halves and _scan_states(ctx, ch.nseq * ctx.H * blocks):
+        return {tl.bfloat16: torch.bfloat16, tl.float16: torch.float16}[ctx.dot_dt]
+    return torch.float32
+
+
+def _chunk_states(ctx, mode, x, z, k, k_bias, coef, rot, plane, gsum, init, final, dtype=torch.float32):
+    """MODE 0: the state entering every chunk (nchunks, H, P, N; ``dtype``, computed in fp32), from init (NS, H, P,
+    N, or None for 0), final state into ``final`` (fp32); MODE 1 (x = dO, z, k = q): the fp32 dS leaving every
+    chunk, the pass in reverse from init = dS_final, the gradient of the input state into ``final``. One scan kernel
+    where ``_scan_states`` says so, else (fp32 only) the chunk-parallel local terms and ``common.state_passing``."""
     ch, cfg = ctx.chunks, ctx.cfg
     H, N, P = ctx.H, ctx.N, ctx.P
-    st = torch.empty(ch.nchunks, H, P, N, device=x.device, dtype=torch.float32)
+    st = torch.empty(ch.nchunks, H, P, N, device=x.device, dtype=dtype)
     common = (x, z if z is not None else x, k, k_bias if k_bias is not None else k, coef, coef.stride(0), rot, plane,
               st)
     meta = dict(N=N, P=P, C=cfg.chunk, BN=cfg.bn, BP=cfg.bp, MODE=mode, HAS_Z=z is not None,
@@ -160,6 +172,7 @@ def _chunk_states(ctx, mode, x, z, k, k_bias, coef, rot, plane, gsum, init, fina
                init if init is not None else st, final, ch.chunk_table, ch.seq_table, ch.max_chunks, ctx.T,
                ctx.sv_t, ctx.sq_t, H, ctx.HPG, ctx.A, **meta, HAS_INIT=init is not None, REVERSE=mode == 1)
     else:
+        assert dtype == torch.float32, "state_passing accumulates the chunk states in place, in fp32"
         launch(chunk_state_kernel, (ch.nchunks * H * blocks,), *common, ch.chunk_table, ctx.T, ctx.sv_t, ctx.sq_t,
                H, ctx.HPG, ctx.A, **meta)
         state_passing(st, gsum, ch.seq_table, ch.max_chunks, init=init, final=final, reverse=mode == 1,
@@ -182,7 +195,7 @@ class SisoTritonFn(torch.autograd.Function):
         ctx.set_materialize_grads(False)
         out = torch.empty_like(v)
         (rot, plane), gsum, coef, st, final_angle, final_ssm, _, off = _states(
-            c, q, k, v, adt, dt, trap, q_bias, k_bias, angles, input_states)
+            c, q, k, v, adt, dt, trap, q_bias, k_bias, angles, input_states, for_output=True)
         # sizes, config and chunk tables (no second host sync for varlen), and the chunks' θ offsets (nchunks, H, A)
         ctx.meta = (c, has_states, off)
         launch(output_kernel, (ch.nchunks * c.H * (c.P // cfg.bp),), 

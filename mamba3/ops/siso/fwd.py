@@ -96,14 +96,15 @@ def local_chunk_state(x_ptr, z_ptr, k_ptr, kb_ptr, coef_ptr, coef_plane, rot_ptr
 
 @triton.jit
 def store_state_block(st_ptr, base, a, b, p, nb, N: tl.constexpr, BN: tl.constexpr, HALVES: tl.constexpr):
-    """Store what :func:`local_chunk_state` returns into the (P, N) fp32 state at ``base``."""
+    """Store what :func:`local_chunk_state` returns into the (P, N) state at ``base``: fp32, or rounded to nearest
+    into a 16-bit buffer (``SisoConfig.states16``: the rounding the output kernel's dot applies to an fp32 one)."""
     if HALVES:
         sp = state_pair_ptrs(st_ptr, base, p, nb, N, BN)
         tl.store(sp, a)
         tl.store(sp + 1, b)
     else:
         n = nb * BN + tl.arange(0, BN)
-        tl.store(st_ptr + base + p[:, None] * N + n[None, :], a)
+        tl.store(st_ptr + base + p[:, None] * N + n[None, :], a.to(st_ptr.dtype.element_ty))
 
 
 @triton.jit
