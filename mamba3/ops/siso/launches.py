@@ -14,8 +14,8 @@ bp×bn or C×C, and each path's largest chunk is compiled. The four light kernel
 planes, state passing, angle backward) have tiny dtype-independent tiles and are compiled once. The scan
 of ``SisoConfig.scan_states`` (the launcher's choice for large 16-bit grids on a device of known SM count, which an
 AOT target is not; forced for fp32) is compiled on the dispatcher's N = P = 128 tiles for bf16 and fp32 (its other
-kernels are the default ones, deduplicated), with ``SisoConfig.states16`` on: the bf16 forward's scan and output
-kernel then take a 16-bit state buffer, the backward's recompute the fp32 one.
+kernels are the default ones, deduplicated), with ``SisoConfig.states16`` (the default): the bf16 forward's scan
+and output kernel then take a 16-bit state buffer, the backward's recompute the fp32 one.
 """
 from __future__ import annotations
 
