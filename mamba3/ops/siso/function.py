@@ -24,7 +24,7 @@ from ..common.launch import launch
 from ..common.state_passing import state_passing
 from .bwd import bwd_dqk_kernel, bwd_dv_kernel, decay_grad_kernel, trap_grad_kernel
 from .configs import choose_config, problem_for
-from .fwd import chunk_state_kernel, chunk_state_scan_kernel, output_kernel
+from .fwd import chunk_state_kernel, chunk_state_scan_kernel, output_kernel, rotated_operands_kernel
 
 _TL = {torch.float32: tl.float32, torch.bfloat16: tl.bfloat16, torch.float16: tl.float16}
 # The interpreter has no device: choose as for the smallest opt-in budget any supported GPU has.
@@ -198,13 +198,24 @@ class SisoTritonFn(torch.autograd.Function):
             c, q, k, v, adt, dt, trap, q_bias, k_bias, angles, input_states, for_output=True)
         # sizes, config and chunk tables (no second host sync for varlen), and the chunks' θ offsets (nchunks, H, A)
         ctx.meta = (c, has_states, off)
-        launch(output_kernel, (ch.nchunks * c.H * (c.P // cfg.bp),), 
-            q, k, v, z if z is not None else v, out, q_bias if q_bias is not None else q,
-            k_bias if k_bias is not None else k, D if D is not None else v, coef, coef.stride(0), rot, plane, st,
-            ch.chunk_table, c.T, c.sq_t, c.sv_t, c.H, c.HPG, c.A,
+        qb, kb = q_bias if q_bias is not None else q, k_bias if k_bias is not None else k
+        prerot = cfg.prerot and c.dot_dt != tl.float32
+        if prerot:  # the output kernel's rotated operands, made once per (chunk, head)
+            qt = torch.empty(c.B, c.T, c.H, c.N, device=v.device, dtype=v.dtype)
+            kt = torch.empty_like(qt)
+            qk = torch.empty(c.B, c.H, c.T, device=v.device, dtype=torch.float32)
+            launch(rotated_operands_kernel, (ch.nchunks * c.H,), q, k, qb, kb, coef, coef.stride(0), rot, plane,
+                   qt, kt, qk, ch.chunk_table, c.T, c.sq_t, c.H, c.HPG, c.A, N=c.N, C=cfg.chunk, BN=cfg.bn,
+                   HAS_BIAS=q_bias is not None, DOT_DT=c.dot_dt, num_warps=cfg.warps_output or cfg.warps_chunk,
+                   num_stages=cfg.stages)
+        else:
+            qt = kt = qk = st
+        launch(output_kernel, (ch.nchunks * c.H * (c.P // cfg.bp),),
+            q, k, v, z if z is not None else v, out, qb, kb, D if D is not None else v, coef, coef.stride(0), rot,
+            plane, st, qt, kt, qk, ch.chunk_table, c.T, c.sq_t, c.sv_t, c.H, c.HPG, c.A,
             N=c.N, P=c.P, C=cfg.chunk, BN=cfg.bn, BP=cfg.bp, HAS_Z=z is not None, HAS_D=D is not None,
-            HAS_BIAS=q_bias is not None, HALVES=cfg.halves, DOT_DT=c.dot_dt, PREC=c.prec, num_warps=cfg.warps_chunk,
-            num_stages=cfg.stages)
+            HAS_BIAS=q_bias is not None, HALVES=cfg.halves, DOT_DT=c.dot_dt, PREC=c.prec, PREROT=prerot,
+            num_warps=cfg.warps_output or cfg.warps_chunk, num_stages=cfg.stages)
         return out, final_angle.to(torch.float32), final_ssm
 
     @staticmethod
