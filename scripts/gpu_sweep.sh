@@ -5,7 +5,8 @@
 #
 # Runs `python -m mamba3 train sweep $TASK` into $SWEEP (default benchmarks/results/state_tracking_h200/sweep,
 # inside the repository: runs whose results.json is already there, e.g. committed after an earlier call, are
-# skipped). After $STOP_AFTER seconds (default 480, inside a 10-minute call) the running runs pause themselves
+# skipped). After $STOP_AFTER seconds (default 480, inside a 10-minute call; leave the call 45 s after it: pausing
+# takes ≈ 15 s, the summary and archive ≈ 25 s) the running runs pause themselves
 # (checkpoint_resume.pt, with checkpoint_best.pt) and no new run starts. Then it writes the summary, drops the
 # last and resume checkpoints of finished runs (their checkpoint_best.pt, ≈ 0.25 MB at d_model 64, stays for
 # `python -m mamba3 train eval`; KEEP_CKPT=1 keeps all) and every run's log and plot, and packs the sweep
@@ -27,6 +28,10 @@ status=0
 python3 -m mamba3 train sweep "$TASK" --models "${MODELS:-mamba3}" --d-models "${D_MODELS:-32,64}" \
     --lrs "${LRS:-8}" --seeds "${SEEDS:-0}" --jobs "${JOBS:-8}" --out "$SWEEP" \
     --stop-after "${STOP_AFTER:-480}" --steps "${STEPS:-10000}" "$@" 2>&1 | tail -n 6 || status=1
+# the paused runs' checkpoints first, as they are: a call killed at its time limit during the summary below (it
+# imports torch and matplotlib: 15-25 s) still returns them (the twenty-second session lost a call's 565 s of
+# training that way: pausing took 13 s after STOP_AFTER and the call ended before the archive was written)
+tar czf "$OUT/.sweep.tgz" "$SWEEP" && mv "$OUT/.sweep.tgz" "$OUT/sweep.tgz" || status=1
 python3 -m mamba3 train summarize "$SWEEP" || status=1
 find "$SWEEP" \( -name 'log.txt' -o -name 'accuracy_vs_length.png' \) -delete
 if [ -z "${KEEP_CKPT:-}" ]; then
@@ -34,5 +39,5 @@ if [ -z "${KEEP_CKPT:-}" ]; then
     rm -f "$run"/checkpoint_last.pt "$run"/checkpoint_resume.pt
   done
 fi
-tar czf "$OUT/sweep.tgz" "$SWEEP" || status=1
+tar czf "$OUT/.sweep.tgz" "$SWEEP" && mv "$OUT/.sweep.tgz" "$OUT/sweep.tgz" || status=1
 exit $status
