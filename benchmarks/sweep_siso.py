@@ -47,11 +47,6 @@ CANDIDATES = {
     # the forward's chunk states in fp32 where the scan runs (before SisoConfig.states16 became the default: half the
     # state traffic of the scan's stores and the output kernel's loads; bit-identical results)
     "bf16-joined-c64-w4/8-states32": ("bf16", SisoConfig(64, 64, 64, 4, 8, 1, states16=False)),
-    # the output kernel on pre-rotated 16-bit operands (rotated_operands_kernel): 80 instead of 255 registers at 8
-    # warps against 4 (AOT sm_90), for 2 × 268 MB more traffic at B8 T4096; and the same at the default 4 warps
-    "bf16-joined-c64-w4/8-prerot-w8": ("bf16", SisoConfig(64, 64, 64, 4, 8, 1, prerot=True, warps_output=8)),
-    "bf16-joined-c64-w4/8-prerot": ("bf16", SisoConfig(64, 64, 64, 4, 8, 1, prerot=True)),
-    "bf16-joined-c64-w4/8-w8out": ("bf16", SisoConfig(64, 64, 64, 4, 8, 1, warps_output=8)),
     "fp32-x3-c32-b32-w4/8": ("fp32", SisoConfig(32, 32, 32, 4, 8, 1, half_dots=False, halves=True,
                                                 fp32_prec="tf32x3")),
     "fp32-x3-c64-b32-w4/8": ("fp32", SisoConfig(64, 32, 32, 4, 8, 1, half_dots=False, halves=True,

@@ -88,19 +88,6 @@ def test_forward_states16(feature, dtype, monkeypatch):
     _check(args)
 
 
-@pytest.mark.parametrize("warps", [4, 8])
-@pytest.mark.parametrize("scan", [True, False], ids=["scan", "chunked"])
-@pytest.mark.parametrize("feature", ["base", "states", "varlen-states", "T-odd"])
-@pytest.mark.parametrize("dtype", ["bf16", "fp16"])
-def test_prerot(feature, dtype, scan, warps, monkeypatch):
-    """The ``SisoConfig.prerot`` candidate: the output kernel on q̃, k̃·scale and q·k from
-    ``rotated_operands_kernel``, at 4 and 8 warps, over both state paths (16-bit and fp32 state buffers)."""
-    from mamba3.ops.siso.check import force_config
-
-    force_config(monkeypatch, prerot=True, warps_output=warps, scan_states=scan)
-    _check(_case(dtype=DT[dtype], N=128, P=64, A=32, **FEATURES[feature]))
-
-
 @pytest.mark.parametrize("dtype", ["bf16", "fp16"])
 def test_scan_states_chosen_on_full_grids(dtype, monkeypatch):
     """The launcher's own choice (``function._scan_states``) on a dense 16-bit batch of ≥ 1.5 scan programs per SM:

@@ -197,23 +197,3 @@ def test_siso_forward_states16(kw, monkeypatch):
         assert (g0[name] is None and g1[name] is None) or torch.equal(g0[name], g1[name]), name
     force_config(monkeypatch, scan_states=True, states16=True)
     run_and_compare(args, 16)
-
-
-@pytest.mark.parametrize("kw", [dict(dtype=torch.bfloat16, T=40, B=1, N=64, P=64, A=16, states=True),
-                                dict(dtype=torch.float16, T=50, B=2, H=4, G=2, N=64, P=64, A=16)],
-                         ids=["bf16-states", "fp16-gqa"])
-def test_siso_prerot(kw, monkeypatch):
-    """``SisoConfig.prerot``: the output kernel takes q̃, k̃·scale and q·k from ``rotated_operands_kernel`` (the
-    16-bit-dot path), within the bars against float64 and at the output's rounding level from the default path."""
-    from mamba3.ops.siso.check import force_config, launched_kernels
-    from mamba3.testing.errors import rel_frobenius
-
-    args = make_case(**kw)
-    default_out = siso_kernel(16)(**args)[0]
-    force_config(monkeypatch, prerot=True, warps_output=8)
-    launched = launched_kernels(monkeypatch)
-    errs = run_and_compare(args, 16)
-    assert launched.count("rotated_operands_kernel") == 1, launched
-    out = siso_kernel(16)(**args)[0]
-    assert rel_frobenius(out, default_out) <= 2e-3, rel_frobenius(out, default_out)
-    assert errs["out"] <= 3e-3

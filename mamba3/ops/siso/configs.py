@@ -52,7 +52,7 @@ class SisoConfig:
     chunk: int  # C: tokens per chunk
     bn: int  # N block (dims; bn/2 rotation pairs): bounds smem/registers independently of N
     bp: int  # P block: bounds the C×P tiles independently of P
-    warps_chunk: int  # chunk_state_kernel and output_kernel (unless warps_output)
+    warps_chunk: int  # chunk_state_kernel and output_kernel
     warps_bwd: int  # bwd_dv_kernel and bwd_dqk_kernel
     stages: int  # num_stages for every kernel (1: short loops; required on Blackwell)
     state_block: int = 256  # elements of the P×N state per state-passing program (more programs in flight)
@@ -82,22 +82,12 @@ class SisoConfig:
     # H200, B8 T4096 (twenty-first session, sweep_siso.py, fp32 / 16-bit / fp32 states in one run): forward 1.236 /
     # 1.170 / 1.238 ms, forward+backward 6.520 / 6.429 / 6.503 (the scan kernels 1.236 → 1.182, output 0.633 → 0.624).
     states16: bool = True
-    # True (16-bit-dot path only; candidate, not yet timed): the output kernel loads q̃ and k̃·scale in the dot dtype
-    # from (B, T, H, N) buffers that ``rotated_operands_kernel`` fills, instead of rotating q and k from the sin/cos
-    # planes itself: its registers drop from 255 / 192 (4 / 8 warps) to 175 / 80 (AOT sm_90, N = 128, P = 64), at
-    # 2 × 268 MB more traffic at B8 T4096 H32 (written once, read once; the planes' 268 MB read is saved)
-    prerot: bool = False
-    # warps of the output kernel and of rotated_operands_kernel (None: warps_chunk). With prerot, 8 warps: output
-    # 80 registers (3 CTAs per SM), operands 115 (2 CTAs; 201 at 4 warps), AOT sm_90
-    warps_output: int | None = None
 
     def __post_init__(self):
         if self.halves and self.half_dots:
             # 16-bit dots on the stride-2 halves compiled but faulted (illegal address) and returned wrong gradients
             # on the H200 (Triton 3.6, bn = 32 and 64; the interpreter runs them exactly): not offered
             raise ValueError("SisoConfig: halves=True needs fp32 dot operands (half_dots=False)")
-        if self.prerot and not self.half_dots:
-            raise ValueError("SisoConfig: prerot=True needs the 16-bit-dot path (half_dots=True)")
         if self.fp32_prec not in ("ieee", "tf32x3"):
             raise ValueError(f"SisoConfig: fp32_prec must be 'ieee' or 'tf32x3', got {self.fp32_prec!r}")
 

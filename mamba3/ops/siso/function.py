@@ -24,7 +24,7 @@ from ..common.launch import launch
 from ..common.state_passing import state_passing
 from .bwd import bwd_dqk_kernel, bwd_dv_kernel, decay_grad_kernel, trap_grad_kernel
 from .configs import choose_config, problem_for
-from .fwd import chunk_state_kernel, chunk_state_scan_kernel, output_kernel, rotated_operands_kernel
+from .fwd import chunk_state_kernel, chunk_state_scan_kernel, output_kernel
 
 _TL = {torch.float32: tl.float32, torch.bfloat16: tl.bfloat16, torch.float16: tl.float16}
 # The interpreter has no device: choose as for the smallest opt-in budget any supported GPU has.
@@ -131,48 +131,41 @@ def _chunk_sums(ctx, adt, dt, trap, angles, input_states, off=None):
 def _states(ctx, q, k, v, adt, dt, trap, q_bias, k_bias, angles, input_states, off=None, for_output=False):
     """Forward steps 1–3: θ offsets (``off``: already known), the per-token coefficient table (cs, γ, scale) and
     the state entering every chunk (nchunks, H, P, N): fp32, or with ``for_output`` (the forward, whose output
-    kernel is the only reader) in the dot dtype where ``_forward_states_dtype`` says so."""
-    ch, cfg = ctx.chunks, ctx.cfg
-    H, N, P, A = ctx.H, ctx.N, ctx.P, ctx.A
+    kernel is the only reader) as ``_chunk_states`` stores them for the output kernel."""
+    ch = ctx.chunks
+    H, A = ctx.H, ctx.A
     gsum, coef, off, final_angle = _chunk_sums(ctx, adt, dt, trap, angles, input_states, off)
     rot, plane = rotation_planes(angles, dt, off, ch, H, A)
     s0, w0 = _s_init(ctx, dt, trap, input_states)
-    final_ssm = torch.empty(ch.nseq, H, P, N, device=v.device, dtype=torch.float32)
-    st = _chunk_states(ctx, 0, v, None, k, k_bias, coef, rot, plane, gsum, s0, final_ssm,
-                       _forward_states_dtype(ctx) if for_output else torch.float32)
+    final_ssm = torch.empty(ch.nseq, H, ctx.P, ctx.N, device=v.device, dtype=torch.float32)
+    st = _chunk_states(ctx, 0, v, None, k, k_bias, coef, rot, plane, gsum, s0, final_ssm, for_output=for_output)
     return (rot, plane), gsum, coef, st, final_angle, final_ssm, w0, off
 
 
-def _forward_states_dtype(ctx) -> torch.dtype:
-    """The dtype of the forward's stored chunk states (``SisoConfig.states16``): the 16-bit dot dtype on the
-    scan path with interleaved 16-bit dots, else fp32."""
-    ch, cfg = ctx.chunks, ctx.cfg
-    blocks = (ctx.N // cfg.bn) * (ctx.P // cfg.bp)
-    if cfg.states16 and ctx.dot_dt != tl.float32 and not cfg.halves and _scan_states(ctx, ch.nseq * ctx.H * blocks):
-        return {tl.bfloat16: torch.bfloat16, tl.float16: torch.float16}[ctx.dot_dt]
-    return torch.float32
-
-
-def _chunk_states(ctx, mode, x, z, k, k_bias, coef, rot, plane, gsum, init, final, dtype=torch.float32):
-    """MODE 0: the state entering every chunk (nchunks, H, P, N; ``dtype``, computed in fp32), from init (NS, H, P,
-    N, or None for 0), final state into ``final`` (fp32); MODE 1 (x = dO, z, k = q): the fp32 dS leaving every
-    chunk, the pass in reverse from init = dS_final, the gradient of the input state into ``final``. One scan kernel
-    where ``_scan_states`` says so, else (fp32 only) the chunk-parallel local terms and ``common.state_passing``."""
+def _chunk_states(ctx, mode, x, z, k, k_bias, coef, rot, plane, gsum, init, final, for_output=False):
+    """MODE 0: the state entering every chunk (nchunks, H, P, N; computed in fp32), from init (NS, H, P, N, or None
+    for 0), final state into ``final`` (fp32); MODE 1 (x = dO, z, k = q): the fp32 dS leaving every chunk, the pass
+    in reverse from init = dS_final, the gradient of the input state into ``final``. One scan kernel where
+    ``_scan_states`` says so, else (fp32 only) the chunk-parallel local terms and ``common.state_passing``.
+    ``for_output`` (the forward's states, read only by the output kernel, which rounds them to its 16-bit dot dtype):
+    on the scan path with ``SisoConfig.states16`` the scan stores them in that dtype (bit-identical results)."""
     ch, cfg = ctx.chunks, ctx.cfg
     H, N, P = ctx.H, ctx.N, ctx.P
+    blocks = (N // cfg.bn) * (P // cfg.bp)
+    scan = _scan_states(ctx, ch.nseq * H * blocks)
+    dtype = x.dtype if for_output and scan and cfg.states16 and ctx.dot_dt != tl.float32 and not cfg.halves \
+        else torch.float32  # the dot dtype is the input's on the 16-bit-dot path
     st = torch.empty(ch.nchunks, H, P, N, device=x.device, dtype=dtype)
     common = (x, z if z is not None else x, k, k_bias if k_bias is not None else k, coef, coef.stride(0), rot, plane,
               st)
     meta = dict(N=N, P=P, C=cfg.chunk, BN=cfg.bn, BP=cfg.bp, MODE=mode, HAS_Z=z is not None,
                 HAS_BIAS=k_bias is not None, HALVES=cfg.halves, DOT_DT=ctx.dot_dt, PREC=ctx.prec,
                 num_warps=cfg.warps_chunk, num_stages=cfg.stages)
-    blocks = (N // cfg.bn) * (P // cfg.bp)
-    if _scan_states(ctx, ch.nseq * H * blocks):
+    if scan:
         launch(chunk_state_scan_kernel, (ch.nseq * H * blocks,), *common, gsum,
                init if init is not None else st, final, ch.chunk_table, ch.seq_table, ch.max_chunks, ctx.T,
                ctx.sv_t, ctx.sq_t, H, ctx.HPG, ctx.A, **meta, HAS_INIT=init is not None, REVERSE=mode == 1)
     else:
-        assert dtype == torch.float32, "state_passing accumulates the chunk states in place, in fp32"
         launch(chunk_state_kernel, (ch.nchunks * H * blocks,), *common, ch.chunk_table, ctx.T, ctx.sv_t, ctx.sq_t,
                H, ctx.HPG, ctx.A, **meta)
         state_passing(st, gsum, ch.seq_table, ch.max_chunks, init=init, final=final, reverse=mode == 1,
@@ -198,24 +191,13 @@ class SisoTritonFn(torch.autograd.Function):
             c, q, k, v, adt, dt, trap, q_bias, k_bias, angles, input_states, for_output=True)
         # sizes, config and chunk tables (no second host sync for varlen), and the chunks' θ offsets (nchunks, H, A)
         ctx.meta = (c, has_states, off)
-        qb, kb = q_bias if q_bias is not None else q, k_bias if k_bias is not None else k
-        prerot = cfg.prerot and c.dot_dt != tl.float32
-        if prerot:  # the output kernel's rotated operands, made once per (chunk, head)
-            qt = torch.empty(c.B, c.T, c.H, c.N, device=v.device, dtype=v.dtype)
-            kt = torch.empty_like(qt)
-            qk = torch.empty(c.B, c.H, c.T, device=v.device, dtype=torch.float32)
-            launch(rotated_operands_kernel, (ch.nchunks * c.H,), q, k, qb, kb, coef, coef.stride(0), rot, plane,
-                   qt, kt, qk, ch.chunk_table, c.T, c.sq_t, c.H, c.HPG, c.A, N=c.N, C=cfg.chunk, BN=cfg.bn,
-                   HAS_BIAS=q_bias is not None, DOT_DT=c.dot_dt, num_warps=cfg.warps_output or cfg.warps_chunk,
-                   num_stages=cfg.stages)
-        else:
-            qt = kt = qk = st
         launch(output_kernel, (ch.nchunks * c.H * (c.P // cfg.bp),),
-            q, k, v, z if z is not None else v, out, qb, kb, D if D is not None else v, coef, coef.stride(0), rot,
-            plane, st, qt, kt, qk, ch.chunk_table, c.T, c.sq_t, c.sv_t, c.H, c.HPG, c.A,
+            q, k, v, z if z is not None else v, out, q_bias if q_bias is not None else q,
+            k_bias if k_bias is not None else k, D if D is not None else v, coef, coef.stride(0), rot, plane, st,
+            ch.chunk_table, c.T, c.sq_t, c.sv_t, c.H, c.HPG, c.A,
             N=c.N, P=c.P, C=cfg.chunk, BN=cfg.bn, BP=cfg.bp, HAS_Z=z is not None, HAS_D=D is not None,
-            HAS_BIAS=q_bias is not None, HALVES=cfg.halves, DOT_DT=c.dot_dt, PREC=c.prec, PREROT=prerot,
-            num_warps=cfg.warps_output or cfg.warps_chunk, num_stages=cfg.stages)
+            HAS_BIAS=q_bias is not None, HALVES=cfg.halves, DOT_DT=c.dot_dt, PREC=c.prec, num_warps=cfg.warps_chunk,
+            num_stages=cfg.stages)
         return out, final_angle.to(torch.float32), final_ssm
 
     @staticmethod

@@ -253,45 +253,11 @@ def state_halves(st_ptr, base, p, nb, N: tl.constexpr, BN: tl.constexpr):
 
 
 @triton.jit(do_not_specialize=["T", "rot_plane", "coef_plane"])
-def rotated_operands_kernel(q_ptr, k_ptr, qb_ptr, kb_ptr, coef_ptr, coef_plane, rot_ptr, rot_plane, qt_ptr, kt_ptr,
-                            qk_ptr, table_ptr, T, sq_t, H, HPG, A,
-                            N: tl.constexpr, C: tl.constexpr, BN: tl.constexpr, HAS_BIAS: tl.constexpr,
-                            DOT_DT: tl.constexpr):
-    """The output kernel's rotated operands for ``SisoConfig.prerot``, per (chunk, head): q̃ and k̃·scale rounded to
-    DOT_DT exactly as that kernel rounds them (``rotated_qk_block``), into (B, T, H, N) buffers, and the unrotated
-    biased q·k of every token (fp32, summed over the N blocks in the same order) into (B, H, T)."""
-    sq_b, _, s_h, s_b, _ = batch_strides(T, H, sq_t, 0, 0)
-    pid = tl.program_id(0).to(tl.int64)
-    c = pid // H
-    h = pid % H
-    bidx, t0, L, _ = chunk_row(table_ptr, c)
-    i, m, gamma, scale, cs, cs_last = chunk_coefficients(coef_ptr, coef_plane, bidx * s_b + h * s_h, t0, L, C)
-    t = t0 + i
-    qrow = bidx * sq_b + t * sq_t + (h // HPG) * N
-    arow = head_angle_rows(bidx, t, h, T, H, A)
-    orow = (bidx * T + t) * (H * N) + h * N
-    qk = tl.zeros([C], dtype=tl.float32)
-    for nb in range(N // BN):
-        qr, kk, qk_block = rotated_qk_block(q_ptr, k_ptr, qb_ptr, kb_ptr, rot_ptr, rot_plane, qrow, arow, m, scale,
-                                            nb, h * N, A, C, BN, HAS_BIAS, DOT_DT)
-        n = nb * BN + tl.arange(0, BN)
-        tl.store(qt_ptr + orow[:, None] + n[None, :], qr, mask=m[:, None])
-        tl.store(kt_ptr + orow[:, None] + n[None, :], kk, mask=m[:, None])
-        qk += qk_block
-    tl.store(qk_ptr + bidx * s_b + h * s_h + t, qk, mask=m)
-
-
-@triton.jit(do_not_specialize=["T", "rot_plane", "coef_plane"])
 def output_kernel(q_ptr, k_ptr, v_ptr, z_ptr, o_ptr, qb_ptr, kb_ptr, d_ptr, coef_ptr, coef_plane, rot_ptr,
-                  rot_plane, st_ptr, qt_ptr, kt_ptr, qk_ptr, table_ptr, T, sq_t, sv_t, H, HPG, A,
+                  rot_plane, st_ptr, table_ptr, T, sq_t, sv_t, H, HPG, A,
                   N: tl.constexpr, P: tl.constexpr, C: tl.constexpr, BN: tl.constexpr, BP: tl.constexpr,
                   HAS_Z: tl.constexpr, HAS_D: tl.constexpr, HAS_BIAS: tl.constexpr,
-                  HALVES: tl.constexpr, DOT_DT: tl.constexpr, PREC: tl.constexpr, PREROT: tl.constexpr):
-    """PREROT (``SisoConfig.prerot``): q̃, k̃·scale and q·k come from ``rotated_operands_kernel``'s buffers (qt_ptr,
-    kt_ptr, qk_ptr) instead of being rotated here from q, k and the sin/cos planes: the same score operands, no fp32
-    rotation tiles live beside the score accumulator (AOT sm_90, bf16, N = 128, P = 64: 175 registers at 4 warps,
-    80 at 8, against 255 / 192); the inter-chunk term scales its rows by e^{cs} after the dot instead of the q̃
-    operand before it (one rounding of the operand either way)."""
+                  HALVES: tl.constexpr, DOT_DT: tl.constexpr, PREC: tl.constexpr):
     sq_b, sv_b, s_h, s_b, _ = batch_strides(T, H, sq_t, sv_t, 0)
     pid = tl.program_id(0).to(tl.int64)  # 1-D grid: chunk, head, P block (fastest)
     pb = pid % (P // BP)
@@ -307,29 +273,20 @@ def output_kernel(q_ptr, k_ptr, v_ptr, z_ptr, o_ptr, qb_ptr, kb_ptr, d_ptr, coef
     # Two passes over the N blocks keep one C×C or C×BP accumulator live at a time (the rotated q is rebuilt in
     # the second): 1) the scores Q̃(K̃·scale)ᵀ, consumed at once by the intra-chunk product; 2) the inter-chunk
     # term e^{cs}⊙(Q̃ Sᵀ) accumulated into the same output tile (q̃ rows pre-scaled by e^{cs} ≤ 1).
-    orow = (bidx * T + t) * (H * N) + h * N  # rows of the PREROT buffers
     acc_qk = tl.zeros([C, C], dtype=tl.float32)
     qk = tl.zeros([C], dtype=tl.float32)
     for nb in range(N // BN):
-        if PREROT:
-            n = nb * BN + tl.arange(0, BN)
-            qr = tl.load(qt_ptr + orow[:, None] + n[None, :], mask=m[:, None], other=0.0)
-            kk = tl.load(kt_ptr + orow[:, None] + n[None, :], mask=m[:, None], other=0.0)
-            acc_qk += tl.dot(qr, tl.trans(kk), input_precision=PREC)
-        elif HALVES:
+        if HALVES:
             qre, qro, kke, kko, qk_block = rotated_qk_halves(q_ptr, k_ptr, qb_ptr, kb_ptr, rot_ptr,
                                                              rot_plane, qrow, arow, m, scale,
                                                              nb, h * N, A, C, BN, HAS_BIAS, True)
             acc_qk = tl.dot(qre, tl.trans(kke), acc=acc_qk, input_precision=PREC)
             acc_qk = tl.dot(qro, tl.trans(kko), acc=acc_qk, input_precision=PREC)
-            qk += qk_block
         else:
             qr, kk, qk_block = rotated_qk_block(q_ptr, k_ptr, qb_ptr, kb_ptr, rot_ptr, rot_plane,
                                                 qrow, arow, m, scale, nb, h * N, A, C, BN, HAS_BIAS, DOT_DT)
             acc_qk += tl.dot(qr, tl.trans(kk), input_precision=PREC)
-            qk += qk_block
-    if PREROT:
-        qk = tl.load(qk_ptr + bidx * s_b + h * s_h + t, mask=m, other=0.0)
+        qk += qk_block
     vrow = bidx * sv_b + t * sv_t + h * P
     v = tl.load(v_ptr + vrow[:, None] + p[None, :], mask=m[:, None], other=0.0)
     diff = cs[:, None] - cs[None, :]
@@ -337,28 +294,19 @@ def output_kernel(q_ptr, k_ptr, v_ptr, z_ptr, o_ptr, qb_ptr, kb_ptr, d_ptr, coef
     mm = tl.where(causal, fast_exp(tl.minimum(diff, 0.0)), 0.0) * acc_qk
     y = tl.dot(mm.to(DOT_DT), v.to(DOT_DT), input_precision=PREC)
     ecs = fast_exp(cs)
-    if PREROT:
-        y_in = tl.zeros([C, BP], dtype=tl.float32)
-        for nb in range(N // BN):
+    for nb in range(N // BN):
+        if HALVES:
+            qse, qso = rotated_q_halves(q_ptr, qb_ptr, rot_ptr, rot_plane, qrow, arow, m, nb,
+                                        h * N, A, C, BN, HAS_BIAS, True)
+            se, so = state_halves(st_ptr, (c * H + h) * P * N, p, nb, N, BN)
+            y = tl.dot(qse * ecs[:, None], tl.trans(se), acc=y, input_precision=PREC)
+            y = tl.dot(qso * ecs[:, None], tl.trans(so), acc=y, input_precision=PREC)
+        else:
+            qs = rotated_q_block(q_ptr, qb_ptr, rot_ptr, rot_plane, qrow, arow, m, nb, h * N, A,
+                                 C, BN, HAS_BIAS) * ecs[:, None]
             n = nb * BN + tl.arange(0, BN)
-            qr = tl.load(qt_ptr + orow[:, None] + n[None, :], mask=m[:, None], other=0.0)
             s = tl.load(st_ptr + (c * H + h) * P * N + p[:, None] * N + n[None, :]).to(DOT_DT)  # [BP, BN]
-            y_in = tl.dot(qr, tl.trans(s), acc=y_in, input_precision=PREC)
-        y += ecs[:, None] * y_in
-    else:
-        for nb in range(N // BN):
-            if HALVES:
-                qse, qso = rotated_q_halves(q_ptr, qb_ptr, rot_ptr, rot_plane, qrow, arow, m, nb,
-                                            h * N, A, C, BN, HAS_BIAS, True)
-                se, so = state_halves(st_ptr, (c * H + h) * P * N, p, nb, N, BN)
-                y = tl.dot(qse * ecs[:, None], tl.trans(se), acc=y, input_precision=PREC)
-                y = tl.dot(qso * ecs[:, None], tl.trans(so), acc=y, input_precision=PREC)
-            else:
-                qs = rotated_q_block(q_ptr, qb_ptr, rot_ptr, rot_plane, qrow, arow, m, nb, h * N, A,
-                                     C, BN, HAS_BIAS) * ecs[:, None]
-                n = nb * BN + tl.arange(0, BN)
-                s = tl.load(st_ptr + (c * H + h) * P * N + p[:, None] * N + n[None, :]).to(DOT_DT)  # [BP, BN]
-                y = tl.dot(qs.to(DOT_DT), tl.trans(s), acc=y, input_precision=PREC)
+            y = tl.dot(qs.to(DOT_DT), tl.trans(s), acc=y, input_precision=PREC)
     diag = gamma * qk
     if HAS_D:
         diag += tl.load(d_ptr + h).to(tl.float32)

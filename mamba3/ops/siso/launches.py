@@ -15,8 +15,7 @@ planes, state passing, angle backward) have tiny dtype-independent tiles and are
 of ``SisoConfig.scan_states`` (the launcher's choice for large 16-bit grids on a device of known SM count, which an
 AOT target is not; forced for fp32) is compiled on the dispatcher's N = P = 128 tiles for bf16 and fp32 (its other
 kernels are the default ones, deduplicated), with ``SisoConfig.states16`` (the default): the bf16 forward's scan
-and output kernel then take a 16-bit state buffer, the backward's recompute the fp32 one. The same bf16 class once
-more with the ``prerot`` candidate (its operand kernel and the 8-warp output kernel that reads them).
+and output kernel then take a 16-bit state buffer, the backward's recompute the fp32 one.
 """
 from __future__ import annotations
 
@@ -32,15 +31,13 @@ from . import function as F
 def _problem_classes(default_only: bool = False):
     """(input dtype, explicit chunk or None, N, scan_states); default_only: only the dispatcher's own choices
     (scan_states: the scan forced on the dispatcher's tiles, N = P = 128: an architecture's spec has no SM count, so
-    the launcher's own rule, ``function._scan_states``, records the chunked path; "prerot": the scan with the
-    ``SisoConfig.prerot`` candidate)."""
+    the launcher's own rule, ``function._scan_states``, records the chunked path)."""
     yield torch.bfloat16, None, 128, False
     yield torch.float32, None, 128, False
     if not default_only:
         yield torch.float32, 64, 128, False
         yield torch.bfloat16, None, 128, True
         yield torch.float32, None, 128, True
-        yield torch.bfloat16, None, 128, "prerot"
     yield torch.float32, None, 16, False
     yield torch.bfloat16, None, 32, False
 
@@ -64,9 +61,8 @@ def _record(spec, dtype, chunk, dstate, scan_states=False):
     prev, prev_cfg = F._SPEC_OVERRIDE, F._CONFIG_OVERRIDE
     F._SPEC_OVERRIDE = spec
     if scan_states:
-        extra = dict(prerot=True, warps_output=8) if scan_states == "prerot" else {}
         F._CONFIG_OVERRIDE = dataclasses.replace(F.choose_config(spec, F.problem_for(args["q"], args["v"], chunk)),
-                                                 scan_states=True, states16=True, **extra)
+                                                 scan_states=True, states16=True)
     try:
         with recording() as rec:
             out, fs = F.siso_triton(args["q"], args["k"], args["v"], args["adt"], args["dt"], args["trap"],
