@@ -80,11 +80,11 @@ if has bench; then
     pack
   done
 fi
-if has sweeps; then  # defaults: the last decision re-checked (twenty-first session: the SISO forward's chunk states
-  # in bf16 on the scan path, SisoConfig.states16, against fp32 at B8; B1 runs the chunked path, where the option
-  # does nothing); no MIMO candidate is pending
+if has sweeps; then  # defaults: the open question (twenty-second session, prepared without a GPU): bwd_dqk's head
+  # loop software-pipelined (SisoConfig.head_stages 2 and 3) against the default at B8, which runs first and last
+  # (drift); run `pytest tests/gpu/test_siso.py -k head_stages` first; no MIMO candidate is pending
   SWEEP_MIMO=${SWEEP_MIMO-}
-  SWEEP_SISO=${SWEEP_SISO-bf16-joined-c64-w4/8,bf16-joined-c64-w4/8-states32,bf16-joined-c64-w4/8}
+  SWEEP_SISO=${SWEEP_SISO-bf16-joined-c64-w4/8,bf16-joined-c64-w4/8-hst2,bf16-joined-c64-w4/8-hst3,bf16-joined-c64-w4/8}
   if [ -n "$SWEEP_MIMO" ]; then
     timeout 400 python3 benchmarks/bench_mimo.py --shapes none --sweep --only="$SWEEP_MIMO" --out "$OUT/mimo_sweep.json" \
       > "$OUT/sweep_mimo.log" 2>&1 || status=1

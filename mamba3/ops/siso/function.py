@@ -273,7 +273,8 @@ def _backward(c, tensors, input_states, dout, dfa, dfssm, off=None):
         coef, coef.stride(0), rot, plane, st, dst, dsc, dbq, dbk, R,
         ch.chunk_table, T, B, c.sq_t, c.sv_t, H, c.HPG, hs, A,
         N=N, P=P, C=cfg.chunk, BN=cfg.bn, BP=cfg.bp, HAS_BIAS=has_bias,
-        HALVES=cfg.halves, DOT_DT=c.dot_dt, PREC=c.prec, num_warps=cfg.warps_bwd, num_stages=cfg.stages)
+        HALVES=cfg.halves, DOT_DT=c.dot_dt, PREC=c.prec, HEAD_STAGES=cfg.head_stages, num_warps=cfg.warps_bwd,
+        num_stages=cfg.stages)
     del st, dst, rot, dy
     if hs > 1:
         dq, dk = dq.sum(0).to(q.dtype), dk.sum(0).to(k.dtype)
