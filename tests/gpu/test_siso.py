@@ -90,6 +90,19 @@ def test_forward_states16(feature, dtype, monkeypatch):
 
 @pytest.mark.parametrize("feature", ["base", "states", "varlen-states", "T-odd"])
 @pytest.mark.parametrize("stages", [2, 3])
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+def test_scan_stages(feature, stages, dtype, monkeypatch):
+    """The ``SisoConfig.scan_stages`` candidate: the forced scan's walk over chunks software-pipelined where every
+    sequence has the same number of chunks (base, states, T-odd; varlen-states takes the branching walk), at the
+    issue's N = 128, P = 64."""
+    from mamba3.ops.siso.check import force_config
+
+    force_config(monkeypatch, scan_states=True, scan_stages=stages)
+    _check(_case(dtype=DT[dtype], N=128, P=64, A=32, **{"T": 700, **FEATURES[feature]}))
+
+
+@pytest.mark.parametrize("feature", ["base", "states", "varlen-states", "T-odd"])
+@pytest.mark.parametrize("stages", [2, 3])
 @pytest.mark.parametrize("dtype", ["bf16", "fp16"])
 def test_head_stages(feature, stages, dtype, monkeypatch):
     """The ``SisoConfig.head_stages`` candidate: bwd_dqk's loop over the heads of a q/k group software-pipelined

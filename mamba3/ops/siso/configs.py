@@ -64,6 +64,11 @@ class SisoConfig:
     # while this head's dots run. The kernel is latency-bound (Nsight, seventh session: 1 CTA of 8 warps per SM,
     # issue slots 26 % busy, DRAM 12 %). Candidate, not yet timed (twenty-second session); 1 on Blackwell always.
     head_stages: int = 1
+    # chunk_state_scan_kernel: num_stages of its walk over a sequence's chunks (64 at T = 4096, chunk 64) where every
+    # sequence has the same number of chunks (else 1): > 1 loads the next chunk's v/k/sin/cos tiles during this
+    # chunk's dot. Candidate, not yet timed (twenty-second session); the fifth session's pipelined segment forward,
+    # a similar walk, was slower. 1 on Blackwell always.
+    scan_stages: int = 1
     # 16-bit inputs: True feeds 16-bit tensor-core dots with interleaved (re-joined) pair tiles; False runs the
     # fp32 inputs' path (fp32 dot operands, see halves and fp32_prec). See choose_config for when each is used.
     half_dots: bool = True
@@ -93,8 +98,9 @@ class SisoConfig:
             # 16-bit dots on the stride-2 halves compiled but faulted (illegal address) and returned wrong gradients
             # on the H200 (Triton 3.6, bn = 32 and 64; the interpreter runs them exactly): not offered
             raise ValueError("SisoConfig: halves=True needs fp32 dot operands (half_dots=False)")
-        if self.head_stages < 1:
-            raise ValueError(f"SisoConfig: head_stages must be ≥ 1, got {self.head_stages}")
+        if self.head_stages < 1 or self.scan_stages < 1:
+            raise ValueError(f"SisoConfig: head_stages and scan_stages must be ≥ 1, got {self.head_stages}, "
+                             f"{self.scan_stages}")
         if self.fp32_prec not in ("ieee", "tf32x3"):
             raise ValueError(f"SisoConfig: fp32_prec must be 'ieee' or 'tf32x3', got {self.fp32_prec!r}")
 
