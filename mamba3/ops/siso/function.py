@@ -153,9 +153,9 @@ def _chunk_states(ctx, mode, x, z, k, k_bias, coef, rot, plane, gsum, init, fina
     H, N, P = ctx.H, ctx.N, ctx.P
     blocks = (N // cfg.bn) * (P // cfg.bp)
     scan = _scan_states(ctx, ch.nseq * H * blocks)
-    dtype = x.dtype if for_output and scan and cfg.states16 and ctx.dot_dt != tl.float32 and not cfg.halves \
-        else torch.float32  # the dot dtype is the input's on the 16-bit-dot path
-    st = torch.empty(ch.nchunks, H, P, N, device=x.device, dtype=dtype)
+    states16 = for_output and scan and cfg.states16 and ctx.dot_dt != tl.float32 and not cfg.halves
+    # on the 16-bit-dot path the dot dtype is the input's (x = v)
+    st = torch.empty(ch.nchunks, H, P, N, device=x.device, dtype=x.dtype if states16 else torch.float32)
     common = (x, z if z is not None else x, k, k_bias if k_bias is not None else k, coef, coef.stride(0), rot, plane,
               st)
     meta = dict(N=N, P=P, C=cfg.chunk, BN=cfg.bn, BP=cfg.bp, MODE=mode, HAS_Z=z is not None,
