@@ -138,20 +138,13 @@ def test_siso_scan_stages(name, pipelined, monkeypatch):
     """``SisoConfig.scan_stages`` > 1: where every sequence has the same number of chunks, the scan's walk has no
     per-chunk branch (the interpreter runs that body; the pipelining itself exists only compiled); otherwise the
     launcher passes 1 (the branching walk)."""
-    from mamba3.ops.siso import function as F
-    from mamba3.ops.siso.check import force_config
+    from mamba3.ops.siso.check import force_config, launched_kernels
 
     force_config(monkeypatch, scan_states=True, scan_stages=3)
-    stages, launch = [], F.launch
-
-    def record(kernel, *args, **meta):
-        if kernel.fn.__name__ == "chunk_state_scan_kernel":
-            stages.append(meta["SCAN_STAGES"])
-        launch(kernel, *args, **meta)
-
-    monkeypatch.setattr(F, "launch", record)
+    launched = launched_kernels(monkeypatch, meta_key="SCAN_STAGES")
     kw, chunk = SCAN_CASES[name]
     run_and_compare(make_case(**kw), chunk)
+    stages = [value for kernel, value in launched if kernel == "chunk_state_scan_kernel"]
     assert stages == [3 if pipelined else 1] * 3, stages
 
 

@@ -52,6 +52,11 @@ class Chunks:
     seq_bidx: torch.Tensor  # (NS,) int64: batch row of each sequence
     max_chunks: int = 0  # most chunks of any one sequence (host int: bound of the state-passing loop)
 
+    @property
+    def equal_chunks(self) -> bool:
+        """Every sequence has ``max_chunks`` chunks (always for dense batches; varlen when the lengths allow)."""
+        return self.nchunks == self.nseq * self.max_chunks
+
 
 def make_chunks(bsz: int, seqlen: int, chunk_size: int, cu_seqlens: torch.Tensor | None, device) -> Chunks:
     """The chunk tables of a dense (B, T) batch or of packed sequences (``cu_seqlens``), cached (module docstring)."""

@@ -51,14 +51,16 @@ def force_config(monkeypatch, **changes):
     monkeypatch.setattr(F, "choose_config", lambda spec, problem: dataclasses.replace(choose(spec, problem), **changes))
 
 
-def launched_kernels(monkeypatch) -> list:
-    """Within a test: the names of the kernels the SISO Function launches, in order (they still run)."""
+def launched_kernels(monkeypatch, meta_key: str | None = None) -> list:
+    """Within a test: the names of the kernels the SISO Function launches, in order (they still run); with
+    ``meta_key``, (name, that launch argument or None) pairs instead."""
     from . import function as F
 
     names, launch = [], F.launch
 
     def record(kernel, *args, **meta):
-        names.append(kernel.fn.__name__)
+        name = kernel.fn.__name__
+        names.append(name if meta_key is None else (name, meta.get(meta_key)))
         launch(kernel, *args, **meta)
 
     monkeypatch.setattr(F, "launch", record)

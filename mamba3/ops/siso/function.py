@@ -100,8 +100,7 @@ def _scan_states(ctx, programs: int) -> bool:
     ch = ctx.chunks
     if ctx.cfg.scan_states is not None:
         return ctx.cfg.scan_states
-    equal_lengths = ch.nchunks == ch.nseq * ch.max_chunks
-    return bool(ctx.dot_dt != tl.float32 and equal_lengths and ctx.sm_count and 2 * programs >= 3 * ctx.sm_count)
+    return bool(ctx.dot_dt != tl.float32 and ch.equal_chunks and ctx.sm_count and 2 * programs >= 3 * ctx.sm_count)
 
 
 def _s_init(ctx, dt, trap, input_states):
@@ -162,11 +161,10 @@ def _chunk_states(ctx, mode, x, z, k, k_bias, coef, rot, plane, gsum, init, fina
                 HAS_BIAS=k_bias is not None, HALVES=cfg.halves, DOT_DT=ctx.dot_dt, PREC=ctx.prec,
                 num_warps=cfg.warps_chunk, num_stages=cfg.stages)
     if scan:
-        equal_chunks = ch.nchunks == ch.nseq * ch.max_chunks
         launch(chunk_state_scan_kernel, (ch.nseq * H * blocks,), *common, gsum,
                init if init is not None else st, final, ch.chunk_table, ch.seq_table, ch.max_chunks, ctx.T,
                ctx.sv_t, ctx.sq_t, H, ctx.HPG, ctx.A, **meta, HAS_INIT=init is not None, REVERSE=mode == 1,
-               SCAN_STAGES=cfg.scan_stages if equal_chunks else 1)
+               SCAN_STAGES=cfg.scan_stages if ch.equal_chunks else 1)
     else:
         launch(chunk_state_kernel, (ch.nchunks * H * blocks,), *common, ch.chunk_table, ctx.T, ctx.sv_t, ctx.sq_t,
                H, ctx.HPG, ctx.A, **meta)
