@@ -47,14 +47,6 @@ CANDIDATES = {
     # the forward's chunk states in fp32 where the scan runs (before SisoConfig.states16 became the default: half the
     # state traffic of the scan's stores and the output kernel's loads; bit-identical results)
     "bf16-joined-c64-w4/8-states32": ("bf16", SisoConfig(64, 64, 64, 4, 8, 1, states16=False)),
-    # bwd_dqk's loop over a group's heads software-pipelined (SisoConfig.head_stages; AOT sm_90: shared memory 33 →
-    # 93 / 161 KB, spill stores 488 → 712 / 316 B at 2 / 3 stages)
-    "bf16-joined-c64-w4/8-hst2": ("bf16", SisoConfig(64, 64, 64, 4, 8, 1, head_stages=2)),
-    "bf16-joined-c64-w4/8-hst3": ("bf16", SisoConfig(64, 64, 64, 4, 8, 1, head_stages=3)),
-    # the chunk-state scan's walk over chunks software-pipelined (SisoConfig.scan_stages; AOT sm_90, bf16 MODE 0:
-    # 187-199 → 132 / 168 registers, shared memory 17 → 42 KB at 2 / 3 stages)
-    "bf16-joined-c64-w4/8-sst2": ("bf16", SisoConfig(64, 64, 64, 4, 8, 1, scan_stages=2)),
-    "bf16-joined-c64-w4/8-sst3": ("bf16", SisoConfig(64, 64, 64, 4, 8, 1, scan_stages=3)),
     "fp32-x3-c32-b32-w4/8": ("fp32", SisoConfig(32, 32, 32, 4, 8, 1, half_dots=False, halves=True,
                                                 fp32_prec="tf32x3")),
     "fp32-x3-c64-b32-w4/8": ("fp32", SisoConfig(64, 32, 32, 4, 8, 1, half_dots=False, halves=True,

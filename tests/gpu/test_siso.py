@@ -88,32 +88,6 @@ def test_forward_states16(feature, dtype, monkeypatch):
     _check(args)
 
 
-@pytest.mark.parametrize("feature", ["base", "states", "varlen-states", "T-odd"])
-@pytest.mark.parametrize("stages", [2, 3])
-@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
-def test_scan_stages(feature, stages, dtype, monkeypatch):
-    """The ``SisoConfig.scan_stages`` candidate: the forced scan's walk over chunks software-pipelined where every
-    sequence has the same number of chunks (base, states, T-odd; varlen-states takes the branching walk), at the
-    issue's N = 128, P = 64."""
-    from mamba3.ops.siso.check import force_config
-
-    force_config(monkeypatch, scan_states=True, scan_stages=stages)
-    _check(_case(dtype=DT[dtype], N=128, P=64, A=32, **{"T": 700, **FEATURES[feature]}))
-
-
-@pytest.mark.parametrize("feature", ["base", "states", "varlen-states", "T-odd"])
-@pytest.mark.parametrize("stages", [2, 3])
-@pytest.mark.parametrize("dtype", ["bf16", "fp16"])
-def test_head_stages(feature, stages, dtype, monkeypatch):
-    """The ``SisoConfig.head_stages`` candidate: bwd_dqk's loop over the heads of a q/k group software-pipelined
-    (Triton 3.6 has miscompiled pipelined chunk kernels on Hopper: this is the check before any timing). 8 heads
-    per group in 2 splits: 4 pipelined trips per program, at the issue's N = 128, P = 64 (one P block)."""
-    from mamba3.ops.siso.check import force_config
-
-    force_config(monkeypatch, head_stages=stages, head_split=2)
-    _check(_case(dtype=DT[dtype], H=8, G=1, N=128, P=64, A=32, **FEATURES[feature]))
-
-
 @pytest.mark.parametrize("dtype", ["bf16", "fp16"])
 def test_scan_states_chosen_on_full_grids(dtype, monkeypatch):
     """The launcher's own choice (``function._scan_states``) on a dense 16-bit batch of ≥ 1.5 scan programs per SM:

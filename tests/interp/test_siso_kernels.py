@@ -128,26 +128,6 @@ def test_siso_scan_states(name, monkeypatch):
     assert "chunk_state_kernel" not in launched and launched.count("chunk_state_scan_kernel") == 3, launched
 
 
-@pytest.mark.parametrize("name,pipelined", [
-    ("fp32-T70-gqa-states", True),
-    ("bf16-N64-P64-16bit-dots", True),
-    ("fp32-N64-P32-halves-varlen", True),       # 20 and 25 tokens: two chunks each, both last chunks ragged
-    ("fp32-varlen-shared-states", False),       # 1, 1 and 2 chunks: the branching walk
-])
-def test_siso_scan_stages(name, pipelined, monkeypatch):
-    """``SisoConfig.scan_stages`` > 1: where every sequence has the same number of chunks, the scan's walk has no
-    per-chunk branch (the interpreter runs that body; the pipelining itself exists only compiled); otherwise the
-    launcher passes 1 (the branching walk)."""
-    from mamba3.ops.siso.check import force_config, launched_kernels
-
-    force_config(monkeypatch, scan_states=True, scan_stages=3)
-    launched = launched_kernels(monkeypatch, meta_key="SCAN_STAGES")
-    kw, chunk = SCAN_CASES[name]
-    run_and_compare(make_case(**kw), chunk)
-    stages = [value for kernel, value in launched if kernel == "chunk_state_scan_kernel"]
-    assert stages == [3 if pipelined else 1] * 3, stages
-
-
 @pytest.mark.parametrize("dtype,B,T,cu,sms,forced,want", [
     ("bf16", 8, 4096, None, 132, None, True),     # H200 at the issue's shape: 512 programs
     ("bf16", 4, 8192, None, 132, None, True),     # 256 programs (≥ 1.5 per SM)

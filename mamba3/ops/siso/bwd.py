@@ -217,7 +217,7 @@ def bwd_dqk_kernel(q_ptr, k_ptr, v_ptr, dy_ptr, dq_ptr, dk_ptr, qb_ptr, kb_ptr, 
                    T, NB_B, sq_t, sv_t, H, HPG, HS, A,
                    N: tl.constexpr, P: tl.constexpr, C: tl.constexpr, BN: tl.constexpr, BP: tl.constexpr,
                    HAS_BIAS: tl.constexpr,
-                   HALVES: tl.constexpr, DOT_DT: tl.constexpr, PREC: tl.constexpr, HEAD_STAGES: tl.constexpr):
+                   HALVES: tl.constexpr, DOT_DT: tl.constexpr, PREC: tl.constexpr):
     sq_b, sv_b, s_h, s_b, _ = batch_strides(T, H, sq_t, sv_t, 0)
     sc_n = NB_B * s_b
     # 1-D grid: chunk, then group, then head split, then N block (fastest). The HPG heads of a group are split
@@ -243,10 +243,7 @@ def bwd_dqk_kernel(q_ptr, k_ptr, v_ptr, dy_ptr, dq_ptr, dk_ptr, qb_ptr, kb_ptr, 
     dq_o = tl.zeros([C, BH], dtype=tl.float32)
     dk_e = tl.zeros([C, BH], dtype=tl.float32)
     dk_o = tl.zeros([C, BH], dtype=tl.float32)
-    # HEAD_STAGES > 1 (SisoConfig.head_stages): the loop is software-pipelined, the next head's tiles loaded during
-    # this head's dots (at P = BP the loop over P blocks below has one trip and folds away, leaving this loop the
-    # innermost one)
-    for hh in tl.range(HPP, num_stages=HEAD_STAGES):
+    for hh in range(HPP):
         h = g * HPG + hsi * HPP + hh
         i2, m2, gamma, scale, cs, cs_last = chunk_coefficients(coef_ptr, coef_plane, bidx * s_b + h * s_h, t0, L, C)
         rev = fast_exp(cs_last - cs)

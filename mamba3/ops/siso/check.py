@@ -51,16 +51,14 @@ def force_config(monkeypatch, **changes):
     monkeypatch.setattr(F, "choose_config", lambda spec, problem: dataclasses.replace(choose(spec, problem), **changes))
 
 
-def launched_kernels(monkeypatch, meta_key: str | None = None) -> list:
-    """Within a test: the names of the kernels the SISO Function launches, in order (they still run); with
-    ``meta_key``, (name, that launch argument or None) pairs instead."""
+def launched_kernels(monkeypatch) -> list:
+    """Within a test: the names of the kernels the SISO Function launches, in order (they still run)."""
     from . import function as F
 
     names, launch = [], F.launch
 
     def record(kernel, *args, **meta):
-        name = kernel.fn.__name__
-        names.append(name if meta_key is None else (name, meta.get(meta_key)))
+        names.append(kernel.fn.__name__)
         launch(kernel, *args, **meta)
 
     monkeypatch.setattr(F, "launch", record)

@@ -59,16 +59,6 @@ class SisoConfig:
     # bwd_dqk: at most this many programs share the heads of one q/k group (each loops over its share and writes an
     # fp32 dq/dk partial, summed on the host): more programs in flight against more partial traffic
     head_split: int = 8
-    # bwd_dqk: num_stages of its loop over the heads of a q/k group (HPG / head_split iterations, 16 at H = 32, G = 1
-    # on an H200), the one long loop of the backward: > 1 lets Triton load the next head's v, dy and state tiles
-    # while this head's dots run. The kernel is latency-bound (Nsight, seventh session: 1 CTA of 8 warps per SM,
-    # issue slots 26 % busy, DRAM 12 %). Candidate, not yet timed (twenty-second session); 1 on Blackwell always.
-    head_stages: int = 1
-    # chunk_state_scan_kernel: num_stages of its walk over a sequence's chunks (64 at T = 4096, chunk 64) where every
-    # sequence has the same number of chunks (else 1): > 1 loads the next chunk's v/k/sin/cos tiles during this
-    # chunk's dot. Candidate, not yet timed (twenty-second session); the fifth session's pipelined segment forward,
-    # a similar walk, was slower. 1 on Blackwell always.
-    scan_stages: int = 1
     # 16-bit inputs: True feeds 16-bit tensor-core dots with interleaved (re-joined) pair tiles; False runs the
     # fp32 inputs' path (fp32 dot operands, see halves and fp32_prec). See choose_config for when each is used.
     half_dots: bool = True
@@ -98,9 +88,6 @@ class SisoConfig:
             # 16-bit dots on the stride-2 halves compiled but faulted (illegal address) and returned wrong gradients
             # on the H200 (Triton 3.6, bn = 32 and 64; the interpreter runs them exactly): not offered
             raise ValueError("SisoConfig: halves=True needs fp32 dot operands (half_dots=False)")
-        if self.head_stages < 1 or self.scan_stages < 1:
-            raise ValueError(f"SisoConfig: head_stages and scan_stages must be ≥ 1, got {self.head_stages}, "
-                             f"{self.scan_stages}")
         if self.fp32_prec not in ("ieee", "tf32x3"):
             raise ValueError(f"SisoConfig: fp32_prec must be 'ieee' or 'tf32x3', got {self.fp32_prec!r}")
 

@@ -163,8 +163,7 @@ def _chunk_states(ctx, mode, x, z, k, k_bias, coef, rot, plane, gsum, init, fina
     if scan:
         launch(chunk_state_scan_kernel, (ch.nseq * H * blocks,), *common, gsum,
                init if init is not None else st, final, ch.chunk_table, ch.seq_table, ch.max_chunks, ctx.T,
-               ctx.sv_t, ctx.sq_t, H, ctx.HPG, ctx.A, **meta, HAS_INIT=init is not None, REVERSE=mode == 1,
-               SCAN_STAGES=cfg.scan_stages if ch.equal_chunks else 1)
+               ctx.sv_t, ctx.sq_t, H, ctx.HPG, ctx.A, **meta, HAS_INIT=init is not None, REVERSE=mode == 1)
     else:
         launch(chunk_state_kernel, (ch.nchunks * H * blocks,), *common, ch.chunk_table, ctx.T, ctx.sv_t, ctx.sq_t,
                H, ctx.HPG, ctx.A, **meta)
@@ -273,8 +272,7 @@ def _backward(c, tensors, input_states, dout, dfa, dfssm, off=None):
         coef, coef.stride(0), rot, plane, st, dst, dsc, dbq, dbk, R,
         ch.chunk_table, T, B, c.sq_t, c.sv_t, H, c.HPG, hs, A,
         N=N, P=P, C=cfg.chunk, BN=cfg.bn, BP=cfg.bp, HAS_BIAS=has_bias,
-        HALVES=cfg.halves, DOT_DT=c.dot_dt, PREC=c.prec, HEAD_STAGES=cfg.head_stages, num_warps=cfg.warps_bwd,
-        num_stages=cfg.stages)
+        HALVES=cfg.halves, DOT_DT=c.dot_dt, PREC=c.prec, num_warps=cfg.warps_bwd, num_stages=cfg.stages)
     del st, dst, rot, dy
     if hs > 1:
         dq, dk = dq.sum(0).to(q.dtype), dk.sum(0).to(k.dtype)

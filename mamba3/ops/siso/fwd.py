@@ -150,16 +150,14 @@ def chunk_state_scan_kernel(x_ptr, z_ptr, k_ptr, kb_ptr, coef_ptr, coef_plane, r
                             N: tl.constexpr, P: tl.constexpr, C: tl.constexpr, BN: tl.constexpr, BP: tl.constexpr,
                             MODE: tl.constexpr, HAS_Z: tl.constexpr, HAS_BIAS: tl.constexpr,
                             HALVES: tl.constexpr, DOT_DT: tl.constexpr, PREC: tl.constexpr,
-                            HAS_INIT: tl.constexpr, REVERSE: tl.constexpr, SCAN_STAGES: tl.constexpr):
+                            HAS_INIT: tl.constexpr, REVERSE: tl.constexpr):
     """``chunk_state_kernel`` and ``common.state_passing`` in one pass (``function._scan_states``): a program per
     (sequence, head, N block, P block) walks the sequence's chunks in order (REVERSE: from the last), stores the
     running state S entering the chunk (REVERSE: the dS leaving it) into st_ptr, then S ← e^{g_c}·S + the chunk's
     local term (``local_chunk_state``; g_ptr: (nchunks, H) total log-decay per chunk). Start: init_ptr (NS, H, P, N)
     or 0; end: final_ptr. The local terms never go to memory, where the two-pass form writes them, then reads and
     rewrites them: one fp32 state read and write less, at NS·H·(N/BN)·(P/BP) programs instead of
-    chunks·H·(N/BN)·(P/BP). SCAN_STAGES > 1 (``SisoConfig.scan_stages``; only when every sequence has max_chunks
-    chunks): the loop over chunks has no per-chunk branch and is software-pipelined, the next chunk's tiles loaded
-    while this one's dot runs."""
+    chunks·H·(N/BN)·(P/BP)."""
     s, h, nb, p = state_block_program(H, N, P, BN, BP)
     first = tl.load(seq_table_ptr + s * 2).to(tl.int64)
     n = tl.load(seq_table_ptr + s * 2 + 1)
@@ -173,43 +171,23 @@ def chunk_state_scan_kernel(x_ptr, z_ptr, k_ptr, kb_ptr, coef_ptr, coef_plane, r
         xb = xa
     # the trip count is a host int (the longest sequence's chunk count), as in common.state_passing: a loop bound
     # loaded from memory is fine compiled but not in the interpreter
-    if SCAN_STAGES > 1:
-        for jj in tl.range(max_chunks, num_stages=SCAN_STAGES):
-            xa, xb = _scan_step(x_ptr, z_ptr, k_ptr, kb_ptr, coef_ptr, coef_plane, rot_ptr, rot_plane, st_ptr, g_ptr,
-                                table_ptr, xa, xb, first, n, jj, h, nb, p, T, sx_t, sk_t, H, HPG, A, N, P, C, BN, BP,
-                                MODE, HAS_Z, HAS_BIAS, HALVES, DOT_DT, PREC, REVERSE)
-    else:
-        for jj in range(max_chunks):
-            if jj < n:
-                xa, xb = _scan_step(x_ptr, z_ptr, k_ptr, kb_ptr, coef_ptr, coef_plane, rot_ptr, rot_plane, st_ptr,
-                                    g_ptr, table_ptr, xa, xb, first, n, jj, h, nb, p, T, sx_t, sk_t, H, HPG, A, N, P, C,
-                                    BN, BP, MODE, HAS_Z, HAS_BIAS, HALVES, DOT_DT, PREC, REVERSE)
+    for jj in range(max_chunks):
+        if jj < n:
+            if REVERSE:
+                c = first + n - 1 - jj
+            else:
+                c = first + jj
+            la, lb = local_chunk_state(x_ptr, z_ptr, k_ptr, kb_ptr, coef_ptr, coef_plane, rot_ptr, rot_plane,
+                                       table_ptr, c, h, nb, p, T, sx_t, sk_t, H, HPG, A, N, P, C, BN, BP, MODE, HAS_Z,
+                                       HAS_BIAS, HALVES, DOT_DT, PREC)
+            store_state_block(st_ptr, (c * H + h) * P * N, xa, xb, p, nb, N, BN, HALVES)
+            decay = fast_exp(tl.load(g_ptr + c * H + h))
+            xa = decay * xa + la
+            if HALVES:
+                xb = decay * xb + lb
+            else:
+                xb = xa
     store_state_block(final_ptr, (s * H + h) * P * N, xa, xb, p, nb, N, BN, HALVES)
-
-
-@triton.jit
-def _scan_step(x_ptr, z_ptr, k_ptr, kb_ptr, coef_ptr, coef_plane, rot_ptr, rot_plane, st_ptr, g_ptr, table_ptr,
-               xa, xb, first, n, jj, h, nb, p, T, sx_t, sk_t, H, HPG, A,
-               N: tl.constexpr, P: tl.constexpr, C: tl.constexpr, BN: tl.constexpr, BP: tl.constexpr,
-               MODE: tl.constexpr, HAS_Z: tl.constexpr, HAS_BIAS: tl.constexpr, HALVES: tl.constexpr,
-               DOT_DT: tl.constexpr, PREC: tl.constexpr, REVERSE: tl.constexpr):
-    """One chunk of ``chunk_state_scan_kernel``'s walk (the jj-th of the sequence's n from ``first``): stores the
-    running state (xa, xb) as the state entering the chunk and returns e^{g_c}·S + the chunk's local term."""
-    if REVERSE:
-        c = first + n - 1 - jj
-    else:
-        c = first + jj
-    la, lb = local_chunk_state(x_ptr, z_ptr, k_ptr, kb_ptr, coef_ptr, coef_plane, rot_ptr, rot_plane, table_ptr, c,
-                               h, nb, p, T, sx_t, sk_t, H, HPG, A, N, P, C, BN, BP, MODE, HAS_Z, HAS_BIAS, HALVES,
-                               DOT_DT, PREC)
-    store_state_block(st_ptr, (c * H + h) * P * N, xa, xb, p, nb, N, BN, HALVES)
-    decay = fast_exp(tl.load(g_ptr + c * H + h))
-    xa = decay * xa + la
-    if HALVES:
-        xb = decay * xb + lb
-    else:
-        xb = xa
-    return xa, xb
 
 
 @triton.jit
