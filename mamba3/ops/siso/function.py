@@ -152,8 +152,9 @@ def _chunk_states(ctx, mode, x, z, k, k_bias, coef, rot, plane, gsum, init, fina
     H, N, P = ctx.H, ctx.N, ctx.P
     blocks = (N // cfg.bn) * (P // cfg.bp)
     scan = _scan_states(ctx, ch.nseq * H * blocks)
-    states16 = for_output and scan and cfg.states16 and ctx.dot_dt != tl.float32 and not cfg.halves
-    # on the 16-bit-dot path the dot dtype is the input's (x = v)
+    # a 16-bit dot dtype means the interleaved 16-bit-dot path (half_dots; never halves), whose dot dtype is the
+    # input's (x = v)
+    states16 = for_output and scan and cfg.states16 and ctx.dot_dt != tl.float32
     st = torch.empty(ch.nchunks, H, P, N, device=x.device, dtype=x.dtype if states16 else torch.float32)
     common = (x, z if z is not None else x, k, k_bias if k_bias is not None else k, coef, coef.stride(0), rot, plane,
               st)
