@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import math
 import sys
-from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -117,10 +116,6 @@ def main():
     ap.add_argument("--dstate", type=int, default=128)
     ap.add_argument("--headdim", type=int, default=64)
     ap.add_argument("--no-sweep", action="store_true")
-    ap.add_argument("--maxnreg", default="",
-                    help="comma-separated register caps (ptxas .maxnreg) timed on the chosen config, e.g. "
-                         "'siso:112,siso:96,mimo:224,mimo:200'")
-    ap.add_argument("--only-maxnreg", action="store_true", help="time the chosen configs and the --maxnreg caps only")
     args = ap.parse_args()
     import triton.testing
 
@@ -134,11 +129,7 @@ def main():
         nbytes = bytes_moved(x)
         chosen = choose_config(None, StepProblem(args.headdim, args.dstate, R, row_heads=args.batch * args.nheads))
         configs = [chosen]
-        for cap in filter(None, args.maxnreg.split(",")):
-            cap_mode, cap_regs = cap.split(":")
-            if cap_mode == mode:
-                configs.append(replace(chosen, maxnreg=int(cap_regs)))
-        if not (args.no_sweep or args.only_maxnreg):
+        if not args.no_sweep:
             full_n = 1 << (args.dstate - 1).bit_length()
             full_p = 1 << (args.headdim - 1).bit_length()
             # whole rows per tile, each program streaming row_tiles tiles (all of P: one launch)
@@ -161,7 +152,7 @@ def main():
             tbps = nbytes / ms / 1e9
             row = dict(op=mode, rank=R, batch=args.batch, nheads=args.nheads, headdim=args.headdim,
                        dstate=args.dstate, block_p=cfg.block_p, block_n=cfg.block_n, num_warps=cfg.num_warps,
-                       row_tiles=cfg.row_tiles, lane_sums=cfg.lane_sums, maxnreg=cfg.maxnreg or "",
+                       row_tiles=cfg.row_tiles, lane_sums=cfg.lane_sums,
                        chosen=cfg == chosen, ms=ms, MB=nbytes / 1e6, TBps=tbps, frac_of_copy=tbps / copy_bw,
                        **errors_against_float64(x, siso, cfg))
             if cfg == chosen and siso:

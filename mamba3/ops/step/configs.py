@@ -43,8 +43,6 @@ class StepConfig:
     row_tiles: int = 1     # BLOCK_P-row tiles a program streams (block_n ≥ N only); all of P: no rows kernel
     rows_warps: int = 1    # the small-state kernel (θ', k̃, v of one row and head)
     lane_sums: bool = False  # MIMO y_r = h'q̃_r by the lanes' reduce-scatter (kernel.py); needs lane_sums_fit
-    maxnreg: int | None = None  # ptxas register cap per thread (None: ptxas decides); a lower cap lets more
-    #                             programs reside per SM, at the price of spills past what the tile needs
 
 
 @dataclass(frozen=True)

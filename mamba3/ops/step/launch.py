@@ -82,8 +82,6 @@ def build_launches(q, k, v, adt, dt, trap, q_bias, k_bias, mimo_v, mimo_z, mimo_
                       HAS_PHI=mimo_out is not None, PER_RANK=per_rank, RMS_NORM=bool(rms_norm),
                       HAS_NW=norm_weight is not None, LANE_SUMS=config.lane_sums, num_warps=config.num_warps,
                       num_stages=config.num_stages)
-    if config.maxnreg is not None:
-        state_meta["maxnreg"] = config.maxnreg
     rows_args = (
         k, v, dt, angles, k_bias, angle_state, k_state, v_state, sbi,
         k.stride(0), k.stride(1), k.stride(2), v.stride(0), v.stride(1), stride_angb, stride_angh,
