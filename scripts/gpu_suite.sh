@@ -80,9 +80,10 @@ if has bench; then
     pack
   done
 fi
-if has sweeps; then  # defaults: no candidate is pending (twenty-third session: SisoConfig.head_stages / scan_stages
-  # timed and removed); the default SISO tiles alone at B8 re-time the README's row
-  SWEEP_MIMO=${SWEEP_MIMO-}
+if has sweeps; then  # defaults: the pending MIMO candidate (twenty-fourth session: MimoConfig.scan_fwd, against the
+  # chunked forward at the same 16-token state chunks, -st1, and the default, -st2); the default SISO tiles alone at
+  # B8 re-time the README's row
+  SWEEP_MIMO=${SWEEP_MIMO-scan,st1,st2}
   SWEEP_SISO=${SWEEP_SISO-bf16-joined-c64-w4/8}
   if [ -n "$SWEEP_MIMO" ]; then
     timeout 400 python3 benchmarks/bench_mimo.py --shapes none --sweep --only="$SWEEP_MIMO" --out "$OUT/mimo_sweep.json" \

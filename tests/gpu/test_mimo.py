@@ -109,6 +109,25 @@ def test_every_config(p, cfg, dtype):
            rms_norm=True)
 
 
+def _scan_candidates():
+    from mamba3.ops.mimo.configs import SCAN_CANDIDATES
+
+    return SCAN_CANDIDATES
+
+
+@pytest.mark.parametrize("cfg", _scan_candidates(), ids=lambda c: c.name)
+@pytest.mark.parametrize("dtype", DTYPES.values(), ids=DTYPES.keys())
+@pytest.mark.parametrize("case", [
+    dict(bsz=2, seqlen=150, rms_norm=True),                               # fused norm: all of P in one block
+    dict(bsz=1, seqlen=211, cu_seqlens=[0, 1, 17, 90, 211]),              # varlen (P blocks of 32 where set)
+    dict(bsz=2, seqlen=100, with_out=False),                              # per-rank output
+], ids=["norm", "varlen", "perrank"])
+def test_scan_forward_candidates(cfg, dtype, case):
+    """``MimoConfig.scan_fwd``'s timing candidates (the forward as one walk per sequence, head and P block) at the
+    benchmarks' N = 128 and P = 64, input states and every feature on, against float64."""
+    _check(dtype, config=cfg, nheads=4, ngroups=2, dstate=128, headdim=64, rank=4, states=True, **case)
+
+
 def _bwd16_params():
     # H200, fifteenth session: with 16-bit backward dots the 64-row, 4-warp configurations (P = 32 and 64) return
     # a wrong dq (d_q 0.8-1.3 relative; d_adt, d_angles, the input angle state with it), while the interpreter runs

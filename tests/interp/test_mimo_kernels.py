@@ -140,3 +140,50 @@ def test_strong_decay_with_ragged_tiles(seqlen, cu_seqlens):
     bad = sorted(k for k, e in errs.items() if not e == e)
     assert not bad, f"non-finite: {bad}"
     assert_within_contract(errs, torch.float32)
+
+
+SCAN = dict(bm=16, bm_bwd=16, bk=16, bk_bwd=16, state_tiles=1, bp_state=16, warps=4, warps_bwd=4, state_warps=4,
+            scan_fwd=True, scan_warps=4)
+
+
+@pytest.fixture
+def scan_calls(monkeypatch):
+    """Counts the forwards that ran as the scan (so a test cannot pass on the chunked path by accident)."""
+    from mamba3.ops.mimo import launch
+
+    calls = []
+    run = launch.scan_forward
+    monkeypatch.setattr(launch, "scan_forward", lambda *a: calls.append(1) or run(*a))
+    return calls
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+def test_scan_forward_all_features(dtype, scan_calls):
+    """``MimoConfig.scan_fwd``: the forward as one walk per (sequence, head) with the state in registers (then the
+    chunked backward): D, z, φ, the fused RMSNorm with weight, input and final states, T = 19 in 8-token tiles
+    (a ragged last tile), two sequences."""
+    from mamba3.ops.mimo.configs import MimoConfig
+
+    cfg = MimoConfig(**SCAN, name="tiny-scan")
+    _check(dtype, config=cfg, bsz=2, seqlen=19, nheads=2, ngroups=1, dstate=32, headdim=16, rank=2, states=True,
+           rms_norm=True)
+    assert scan_calls
+
+
+@pytest.mark.parametrize("with_out", [True, False], ids=["contracted", "per-rank"])
+def test_scan_forward_p_blocks_varlen(with_out, scan_calls):
+    """The scan forward over two P blocks (P = 24 in blocks of 16: the second one ragged), packed sequences of
+    1, 13 and 3 tokens (programs idling through the longest sequence's extra chunks), input states, GQA."""
+    from mamba3.ops.mimo.configs import MimoConfig
+
+    cfg = MimoConfig(**SCAN, scan_bp=16, name="tiny-scan-bp16")
+    _check(torch.float32, config=cfg, bsz=1, seqlen=17, nheads=4, ngroups=2, dstate=16, headdim=24, rank=2,
+           states=True, cu_seqlens=[0, 1, 14, 17], with_out=with_out)
+    assert scan_calls
+
+
+def test_scan_forward_needs_one_tile_per_state_chunk():
+    from mamba3.ops.mimo.configs import MimoConfig
+
+    with pytest.raises(ValueError, match="state_tiles=1"):
+        MimoConfig(**dict(SCAN, state_tiles=2), name="bad")

@@ -33,7 +33,8 @@ import triton.language as tl
 
 from ..common.tiles import fast_exp
 from .tiles import (bcast_pairs, dot_operand, later_mask, load_rank_p, load_rows_p, load_state_pair, mdot, mdot_split,
-                    pair_weights, rot_pair, rows_of, token_decays, token_strides, token_tile, token_weights, vtilde)
+                    pair_weights, qk_pointers, rot_pair, rows_of, token_decays, token_strides, token_tile,
+                    token_weights, vtilde)
 
 
 @triton.jit(do_not_specialize=["NBC"])
@@ -216,11 +217,7 @@ def mimo_bwd_dv_kernel(Q, K, V, ROT, CS, GAM, SCL, QB, KB, PSI, DD, DY, DSEND,
     tok0, tok1, bc = token_tile(SC_START, SC_END, SC_BC, sc)
     te = tl.load(BC_END + bc)
     sq_t, sq_r, sv_t, sy_t, srot_t = token_strides(R, G, N2, H, P, A)
-    Qg = Q + g * 2 * N2
-    Kg = K + g * 2 * N2
-    QBh = QB + h * R * 2 * N2
-    KBh = KB + h * R * 2 * N2
-    ROTh = ROT + h * 2 * A
+    Qg, Kg, QBh, KBh, ROTh = qk_pointers(Q, K, QB, KB, ROT, g, h, R, N2, A)
     DYh = DY + h * P
     PN = P * 2 * N2
 

@@ -71,6 +71,15 @@ class MimoConfig:
         a bf16 dy took d_D from ≤ 2.6e-3 to 5.6e-3). Off: on the H200 the 64-row, 4-warp configurations (P = 32, 64)
         return a wrong dq with it (d_q 0.8-1.3 relative; suspected Triton 3.6 miscompile, the interpreter runs them
         right); P = 16 and 128 pass. Not timed.
+    scan_fwd: the forward (not the backward's recompute) as one walk per (sequence, head, P block) over its state
+        chunks, the state held in registers (``mimo_scan_out_kernel``), in place of the chunk-state, state-passing
+        and output kernels, between which the fp32 state of every state chunk crosses DRAM four or five times
+        (1.07 GB per crossing at B=8, T=4096, H=32, P=64, N=128 with 32-token state chunks). Needs
+        state_tiles = 1 (each state chunk one token tile) and N/2 ≤ bk (else the chunked forward runs). Its parallelism is sequences × heads × P blocks, so it
+        only suits batches that fill the GPU. Off: a candidate, not timed yet.
+    scan_bp: P block of ``mimo_scan_out_kernel`` (0: all of P; the fused RMSNorm always takes all of P). Smaller
+        blocks hold less state per program and make more programs, and recompute the scores once per block.
+    scan_warps: warps of ``mimo_scan_out_kernel``.
     """
 
     bm: int = 64
@@ -85,7 +94,15 @@ class MimoConfig:
     stages: int = 1
     fwd_dots16: bool = True
     bwd_dots16: bool = False
+    scan_fwd: bool = False
+    scan_bp: int = 0
+    scan_warps: int = 8
     name: str = "default"
+
+    def __post_init__(self):
+        if self.scan_fwd and self.state_tiles != 1:
+            raise ValueError(f"MimoConfig {self.name}: scan_fwd needs state_tiles=1 (one token tile per state "
+                             f"chunk), got {self.state_tiles}")
 
     def for_chunk(self, rank: int, chunk_size: int | None) -> "MimoConfig":
         """The tile for this rank, capped by the caller's chunk_size (tokens): at least 16 rows (tl.dot's
@@ -124,6 +141,14 @@ CONFIGS = {
           MimoConfig(bm=32, bm_bwd=16, bk=16, bk_bwd=16, state_tiles=8, bp_state=32, warps=4, warps_bwd=4,
                      state_warps=4, name="bm32-bwd16")),
 }
+
+# Candidates of the scan forward (``MimoConfig.scan_fwd``) at P = 64, for timing (``bench_mimo.py --sweep``); the
+# dispatcher does not choose them yet. AOT sm_90, bf16 (fp32), N = 128: all at 255 registers, spill stores per
+# thread 208 (3616) B at P block 64 × 8 warps, 4 (1628) B at 32 × 8, 212 (3828) B at 32 × 4; sm_86 / sm_120
+# bf16 268-1344 B; fp32 inputs spill 14-31 KB on sm_86 / sm_120 at P block 32 (tf32x3 dots).
+SCAN_CANDIDATES = tuple(
+    replace(CONFIGS[64][0], scan_fwd=True, state_tiles=1, scan_bp=bp, scan_warps=w, name=f"bm64-w4-scan-bp{bp}-w{w}")
+    for bp, w in ((64, 8), (32, 8), (32, 4)))
 
 
 @dataclass(frozen=True)
@@ -203,7 +228,8 @@ def aot_launches(arch: int):
     dots on fp32 operands; bf16 and fp16 only differ in their loads). Shape classes: N/2 ≤ BK (the rotated
     tile is reused, ``ONE_K``) at N = 128 and, where the configuration's BK allows it, N/2 > BK at N = 256.
     The state-passing and angle kernels use no dots (shared memory only for reduction / scan scratch) and are
-    listed once (the angle kernels at A = 32 and A = 128, their two block shapes' extremes).
+    listed once (the angle kernels at A = 32 and A = 128, their two block shapes' extremes). The scan forward's
+    timing candidates (``SCAN_CANDIDATES``) are compiled too, so that one can be adopted knowing it fits.
     """
     from mamba3.dispatch import arch_spec
 
@@ -227,4 +253,7 @@ def aot_launches(arch: int):
                                             kernels=("mimo_state", "mimo_angle"))
             launches += aot_kernel_launches(cfg, headdim=p, dtype=torch.float32, arch=arch, dstate=512,
                                             kernels=("mimo_angle",))  # A = 128: the largest angle block
+    for i, cfg in enumerate(SCAN_CANDIDATES):  # bf16 each, fp32 (the largest operands) for one
+        for dtype in (torch.bfloat16, torch.float32) if i == 1 else (torch.bfloat16,):
+            launches += aot_kernel_launches(cfg, headdim=64, dtype=dtype, arch=arch, kernels=("mimo_scan_out",))
     return launches

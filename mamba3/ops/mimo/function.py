@@ -64,6 +64,8 @@ class _MimoCore(torch.autograd.Function):
         if replaying_for_gradients():  # neither value is read by a gradient formula (common.replay)
             return _launch.empty_outputs(L, v, phi is not None)
         t = _pass_tensors(L, flags["norm"], q, k, v, theta, cs, gam, scl, qb, kb, psi, zeta, phi, D, z, nw, s0)
+        if _launch.uses_scan(L):
+            return _launch.scan_forward(L, t)
         sin, sfin = _launch.forward(L, t)
         out = _launch.out_pass(L, t, sin)
         return out, sfin

@@ -22,8 +22,61 @@ import triton
 import triton.language as tl
 
 from ..common.tiles import fast_exp, fast_sigmoid
-from .tiles import (load_rank_p, load_rows_p, load_state_pair, load_tok_rows, mdot, pair_weights, rot_pair, rows_of,
-                    token_strides, token_tile, vtilde)
+from .tiles import (dot_operand, load_rank_p, load_rows_p, load_state_pair, load_tok_rows, mdot, pair_weights,
+                    qk_pointers, rot_pair, rows_of, token_strides, token_tile, vtilde)
+
+
+@triton.jit
+def norm_gate(y, Zp, ZETAp, NWp, sv_t, tok0, ntok, r, valid, P, PV, eps, R: tl.constexpr, BM: tl.constexpr,
+              BP: tl.constexpr, HAS_Z: tl.constexpr, NORM: tl.constexpr, HAS_NW: tl.constexpr):
+    """The output epilogue's RMSNorm over P (all of P in the tile) and gate of y [BM, BP]: (n, rstd, nw, zt, zz, σ,
+    gate, o) with n the normed y and o = n ⊙ gate; the pieces the epilogue backward reuses, zeros where a feature
+    is off. Zp / ZETAp / NWp point at column 0 of this tile's P block of z[·, h], ζ[h], w[h]; PV columns valid."""
+    pp = tl.arange(0, BP)
+    pm = pp < PV
+    rstd = tl.zeros((BM,), dtype=tl.float32)
+    nw = tl.zeros((BP,), dtype=tl.float32)
+    if NORM:
+        rstd = tl.rsqrt(tl.sum(y * y, axis=1) / P + eps)
+        if HAS_NW:
+            nw = tl.load(NWp + pp, mask=pm, other=0.0).to(tl.float32)
+        else:
+            nw = tl.where(pm, 1.0, 0.0)
+        n = y * rstd[:, None] * nw[None, :]
+    else:
+        n = y
+    zt = tl.zeros_like(y)
+    zz = tl.zeros_like(y)
+    sg = tl.zeros_like(y)
+    gate = tl.zeros_like(y)
+    if HAS_Z:
+        zt = load_tok_rows(Zp, sv_t, tok0, ntok, PV, R, BM, BP)
+        zz = zt * load_rank_p(ZETAp, r, valid, P, PV, BP)
+        sg = fast_sigmoid(zz)
+        gate = zz * sg
+        o = n * gate
+    else:
+        o = n
+    return n, rstd, nw, zt, zz, sg, gate, o
+
+
+@triton.jit
+def store_out(o, OUTp, PHIp, sv_t, tok0, ntok, ti, r, valid, P, PV, R: tl.constexpr, BM: tl.constexpr,
+              BP: tl.constexpr, HAS_OUT: tl.constexpr):
+    """Stores the gated rows o [BM, BP]: contracted over the ranks with φ into (TT, H, P) (HAS_OUT), else per rank
+    into (TT, R, H, P). OUTp / PHIp point at column 0 of this tile's P block of out[0, h] / φ[h]; PV columns valid."""
+    CT: tl.constexpr = BM // R
+    pp = tl.arange(0, BP)
+    pm = pp < PV
+    if HAS_OUT:
+        o = o * load_rank_p(PHIp, r, valid, P, PV, BP)
+        out = tl.sum(tl.reshape(o, (CT, R, BP)), axis=1)  # [CT, BP]
+        tt = tl.arange(0, CT)
+        off = (tok0 + tt).to(tl.int64)[:, None] * sv_t + pp[None, :]
+        tl.store(OUTp + off, out.to(OUTp.dtype.element_ty), mask=(tt < ntok)[:, None] & pm[None, :])
+    else:
+        off = (ti.to(tl.int64)[:, None] * R + r[:, None]) * sv_t + pp[None, :]
+        tl.store(OUTp + off, o.to(OUTp.dtype.element_ty), mask=valid[:, None] & pm[None, :])
 
 
 @triton.jit(do_not_specialize=["TT"])
@@ -90,11 +143,7 @@ def mimo_out_kernel(Q, K, V, ROT, CS, GAM, SCL, QB, KB, PSI, ZETA, PHI, DD, Z, N
     tok0, tok1, bc = token_tile(SC_START, SC_END, SC_BC, sc)
     tb = tl.load(BC_START + bc)
     sq_t, sq_r, sv_t, _, srot_t = token_strides(R, G, N2, H, P, A)
-    Qg = Q + g * 2 * N2
-    Kg = K + g * 2 * N2
-    QBh = QB + h * R * 2 * N2
-    KBh = KB + h * R * 2 * N2
-    ROTh = ROT + h * 2 * A
+    Qg, Kg, QBh, KBh, ROTh = qk_pointers(Q, K, QB, KB, ROT, g, h, R, N2, A)
     Vh = V + h * P
     PSIh = PSI + h * R * P
 
@@ -143,35 +192,13 @@ def mimo_out_kernel(Q, K, V, ROT, CS, GAM, SCL, QB, KB, PSI, ZETA, PHI, DD, Z, N
     pp = tl.arange(0, BP)
     pm = pp < P
     m = valid[:, None] & pm[None, :]
-    if NORM:
-        rstd = tl.rsqrt(tl.sum(y * y, axis=1) / P + eps)
-        if HAS_NW:
-            nw = tl.load(NW + h * P + pp, mask=pm, other=0.0).to(tl.float32)
-        else:
-            nw = tl.where(pm, 1.0, 0.0)
-        n = y * rstd[:, None] * nw[None, :]
-    else:
-        n = y
-    if HAS_Z:
-        zt = load_tok_rows(Z + h * P, sv_t, tok0, tok1 - tok0, P, R, BM, BP)
-        zz = zt * load_rank_p(ZETA + h * R * P, r, valid, P, P, BP)
-        sg = fast_sigmoid(zz)
-        gate = zz * sg
-        o = n * gate
-    else:
-        o = n
+    n, rstd, nw, zt, zz, sg, gate, o = norm_gate(y, Z + h * P, ZETA + h * R * P, NW + h * P, sv_t, tok0,
+                                                 tok1 - tok0, r, valid, P, P, eps, R, BM, BP, HAS_Z, NORM, HAS_NW)
     tt = tl.arange(0, CT)
     tv = tt < tok1 - tok0
     mt = tv[:, None] & pm[None, :]
     if not BWD:
-        if HAS_OUT:
-            o = o * load_rank_p(PHI + h * R * P, r, valid, P, P, BP)
-            out = tl.sum(tl.reshape(o, (CT, R, BP)), axis=1)  # [CT, BP]
-            off = (tok0 + tt).to(tl.int64)[:, None] * sv_t + h * P + pp[None, :]
-            tl.store(OUT + off, out.to(OUT.dtype.element_ty), mask=mt)
-        else:
-            off = (ti.to(tl.int64)[:, None] * R + r[:, None]) * sv_t + h * P + pp[None, :]
-            tl.store(OUT + off, o.to(OUT.dtype.element_ty), mask=m)
+        store_out(o, OUT + h * P, PHI + h * R * P, sv_t, tok0, tok1 - tok0, ti, r, valid, P, P, R, BM, BP, HAS_OUT)
     else:
         if HAS_OUT:
             phi = load_rank_p(PHI + h * R * P, r, valid, P, P, BP)
@@ -204,3 +231,85 @@ def mimo_out_kernel(Q, K, V, ROT, CS, GAM, SCL, QB, KB, PSI, ZETA, PHI, DD, Z, N
             dy = dn
         offy = (ti.to(tl.int64)[:, None] * R + r[:, None]) * sv_t + h * P + pp[None, :]
         tl.store(DY + offy, dy, mask=m)
+
+
+@triton.jit(do_not_specialize=["TT", "MAX_BC"])
+def mimo_scan_out_kernel(Q, K, V, ROT, CS, GAM, SCL, QB, KB, PSI, ZETA, PHI, DD, Z, NW, S0, OUT, SFIN,
+                         SEQ_TABLE, BC_START, BC_END, MAX_BC, TT, H, HG, G, N2, A, P, eps,
+                         R: tl.constexpr, BM: tl.constexpr, BK: tl.constexpr, BP: tl.constexpr,
+                         HAS_D: tl.constexpr, HAS_Z: tl.constexpr, HAS_OUT: tl.constexpr, NORM: tl.constexpr,
+                         HAS_NW: tl.constexpr, HAS_S0: tl.constexpr, DOT_PREC: tl.constexpr,
+                         TOK_PREC: tl.constexpr):
+    """The whole forward of one (sequence, head, P block) in one walk over the sequence's state chunks, each one
+    token tile (grid: (P blocks, sequences, H); ``MimoConfig.scan_fwd``). The state S (P block × N, fp32, as its two
+    [BP, BK] pair halves) stays in registers: per chunk, y_i = e^{c_i}·S q̃_i + Σ_{j ≤ i} W_ij (q̃_i·k̃_j) ṽ_j + D ṽ_i,
+    the output epilogue, then S ← e^{c_end}·S + Σ_j e^{c_end − c_j}·scale_j·ṽ_j k̃_jᵀ — the chunk-state, state-passing
+    and output kernels' arithmetic at their precisions, without the states in DRAM. S starts from S0 (or zero);
+    the final state goes to SFIN (NS, H, P, N). Needs N/2 ≤ BK. A sequence with fewer state chunks than MAX_BC
+    idles through the rest (a loop bound loaded from memory runs compiled but not in the interpreter)."""
+    pb = tl.program_id(0)
+    s = tl.program_id(1)
+    h = tl.program_id(2)
+    g = h // HG
+    p0 = pb * BP
+    PV = P - p0  # valid columns of this P block
+    sq_t, sq_r, sv_t, _, srot_t = token_strides(R, G, N2, H, P, A)
+    Qg, Kg, QBh, KBh, ROTh = qk_pointers(Q, K, QB, KB, ROT, g, h, R, N2, A)
+    CSh = CS + h * TT
+    SCLh = SCL + h * TT
+    first = tl.load(SEQ_TABLE + 2 * s)
+    nbc = tl.load(SEQ_TABLE + 2 * s + 1)
+    s_off = (s * H + h).to(tl.int64) * P * (2 * N2) + p0 * (2 * N2)
+    if HAS_S0:
+        s1, s2 = load_state_pair(S0 + s_off, 0, N2, PV, BP, BK)  # [BP, BK] x2
+    else:
+        s1 = tl.zeros((BP, BK), dtype=tl.float32)
+        s2 = tl.zeros((BP, BK), dtype=tl.float32)
+    for j in range(MAX_BC):
+        live = j < nbc
+        bc = tl.where(live, first + j, 0)
+        tok0 = tl.load(BC_START + bc)
+        ntok = tl.where(live, tl.load(BC_END + bc) - tok0, 0)
+        t, r, valid = rows_of(ntok, R, BM)
+        ti = tok0 + t
+        ci = tl.load(CSh + ti, mask=valid, other=0.0)
+        # inter-chunk: e^{c_i}·S q̃_i (the state as the chunked path's output kernel takes it: fp32 at DOT_PREC);
+        # q̃ and k̃ are then held as the in-chunk dots take them (16-bit for 16-bit TOK_PREC: half the registers)
+        q1, q2, _c, _s = rot_pair(Qg, sq_t, sq_r, QBh, ROTh, srot_t, tok0, ntok, 0, N2, A, R, BM, BK)  # [BM, BK] x2
+        acc = tl.zeros((BM, BP), dtype=tl.float32)
+        acc = mdot(q1, tl.trans(s1), acc, DOT_PREC)
+        acc = mdot(q2, tl.trans(s2), acc, DOT_PREC)
+        acc = acc * fast_exp(ci)[:, None]
+        q1 = dot_operand(q1, TOK_PREC)
+        q2 = dot_operand(q2, TOK_PREC)
+        k1, k2, _c2, _s2 = rot_pair(Kg, sq_t, sq_r, KBh, ROTh, srot_t, tok0, ntok, 0, N2, A, R, BM, BK)
+        k1 = dot_operand(k1, TOK_PREC)
+        k2 = dot_operand(k2, TOK_PREC)
+        # in-chunk
+        s_ij = tl.zeros((BM, BM), dtype=tl.float32)
+        s_ij = mdot(q1, tl.trans(k1), s_ij, TOK_PREC)
+        s_ij = mdot(q2, tl.trans(k2), s_ij, TOK_PREC)
+        vt = vtilde(V + h * P + p0, sv_t, PSI + h * R * P + p0, P, tok0, ntok, PV, R, BM, BP)  # [BM, BP]
+        w = pair_weights(CSh, SCLh, GAM + h * TT, tok0, ntok, tok0, ntok, R, BM, False)
+        acc = mdot(s_ij * w, vt, acc, TOK_PREC)
+        if HAS_D:
+            acc += tl.load(DD + h).to(tl.float32) * vt
+        _n, _rstd, _nw, _zt, _zz, _sg, _gate, o = norm_gate(acc, Z + h * P + p0, ZETA + h * R * P + p0, NW + h * P + p0,
+                                                            sv_t, tok0, ntok, r, valid, P, PV, eps, R, BM, BP, HAS_Z,
+                                                            NORM, HAS_NW)
+        store_out(o, OUT + h * P + p0, PHI + h * R * P + p0, sv_t, tok0, ntok, ti, r, valid, P, PV, R, BM, BP,
+                  HAS_OUT)
+        # the state leaving the chunk (a dead iteration: no rows, c_end = 0, S unchanged)
+        c_end = tl.load(CSh + tl.maximum(tok0 + ntok - 1, 0))
+        c_end = tl.where(live, c_end, 0.0)
+        wk = fast_exp(c_end - ci) * tl.load(SCLh + ti, mask=valid, other=0.0)  # [BM]
+        xw = tl.trans(vt * wk[:, None])  # [BP, BM]
+        decay = fast_exp(c_end)
+        s1 = mdot(xw, k1, s1 * decay, TOK_PREC)
+        s2 = mdot(xw, k2, s2 * decay, TOK_PREC)
+    pp = tl.arange(0, BP)
+    kk = tl.arange(0, BK)
+    m = (pp < PV)[:, None] & (kk < N2)[None, :]
+    off = s_off + pp[:, None] * (2 * N2) + kk[None, :]
+    tl.store(SFIN + off, s1, mask=m)
+    tl.store(SFIN + off + N2, s2, mask=m)

@@ -10,7 +10,7 @@ import triton
 from ..common.state_passing import state_passing
 from .bwd import mimo_bwd_dqk_kernel, mimo_bwd_dv_kernel, mimo_state_bwd_kernel
 from .configs import MimoConfig, block_p
-from .fwd import mimo_chunk_state_kernel, mimo_out_kernel
+from .fwd import mimo_chunk_state_kernel, mimo_out_kernel, mimo_scan_out_kernel
 
 # Elements of the (P·N) state per program of the state-passing kernels, which walk a sequence's state chunks in
 # order: small slabs put NS·H·(P·N/256) programs in flight, which is what hides each step's latency when there are
@@ -227,8 +227,34 @@ def out_pass(L: Launch, t, sin, bwd=False, dout=None):
     return dy, dz, dphip, dzetap, dnwp
 
 
+def uses_scan(L: Launch) -> bool:
+    """Whether the forward runs as :func:`scan_forward` (``MimoConfig.scan_fwd``, whose N/2 ≤ bk condition this
+    checks; state_tiles = 1 is the configuration's own check)."""
+    return L.cfg.scan_fwd and L.N2 <= L.cfg.bk
+
+
+def scan_forward(L: Launch, t):
+    """(out, final ssm state) of the forward by ``mimo_scan_out_kernel``: one program per (P block, sequence,
+    head), all of P with the fused RMSNorm."""
+    cfg, T = L.cfg, L.tables
+    has_out = t["phi"] is not None
+    v = t["v"]
+    out = torch.empty(_out_shape(L, has_out), device=v.device, dtype=v.dtype)
+    sfin = _final_states(L, v.device)
+    bp = L.BP if (t["norm"] or not cfg.scan_bp) else min(cfg.scan_bp, L.BP)
+    d = lambda x: t["cs"] if x is None else x  # noqa: E731
+    mimo_scan_out_kernel[(triton.cdiv(L.P, bp), T.ns, L.H)](
+        t["q"], t["k"], v, t["rot"], t["cs"], t["gam"], t["scl"], t["qb"], t["kb"], t["psi"], d(t["zeta"]),
+        d(t["phi"]), d(t["D"]), d(t["z"]), d(t["nw"]), d(t["s0"]), out, sfin,
+        T.seq_table, T.bc_start, T.bc_end, T.max_bc, L.TT, L.H, L.HG, L.G, L.N2, L.A, L.P, L.eps,
+        R=L.R, BM=cfg.bm, BK=cfg.bk, BP=bp, HAS_D=t["D"] is not None, HAS_Z=t["z"] is not None, HAS_OUT=has_out,
+        NORM=t["norm"], HAS_NW=t["nw"] is not None, HAS_S0=t["s0"] is not None, DOT_PREC=L.dot_prec,
+        TOK_PREC=L.fwd_prec, num_warps=cfg.scan_warps, num_stages=cfg.stages)
+    return out, sfin
+
+
 def forward(L: Launch, t):
-    """Returns (out, sin (incoming state per state chunk), final ssm state)."""
+    """Returns (sin: the state entering each state chunk, final ssm state)."""
     buf = chunk_states(L, 0, t["v"], t["k"], t["kb"], t["rot"], t["cs"], t["scl"], t["psi"])
     sfin = state_pass_fwd(L, buf, t["s0"], t["decay"])
     return buf, sfin
@@ -323,6 +349,15 @@ def aot_kernel_launches(cfg: MimoConfig, headdim: int, dtype, arch: int, dstate:
              i32(16), i32(16), i32(16), i32(16), TT, H, H // G, G, N2, A, P, 1e-5),
             dict(R=R, BM=cfg.bm, BK=cfg.bk, BP=BP, HAS_D=True, HAS_Z=True, HAS_OUT=True, NORM=True, HAS_NW=True,
                  BWD=bwd, ONE_K=N2 <= cfg.bk, DOT_PREC=prec, TOK_PREC=prec if bwd else fwd_prec, **common_w)))
+    if cfg.scan_fwd:
+        bps = BP if not cfg.scan_bp else min(cfg.scan_bp, BP)
+        out.append(KernelLaunch(
+            f"mimo_scan_out_kernel[bp{bps}-w{cfg.scan_warps}]-{tag}", mimo_scan_out_kernel,
+            (q, q, v, f, f, f, f, f, f, f, f, f, f, v, f, f, v, f, i32(16), i32(16), i32(16), 64, TT, H, H // G, G, N2,
+             A, P, 1e-5),
+            dict(R=R, BM=cfg.bm, BK=cfg.bk, BP=bps, HAS_D=True, HAS_Z=True, HAS_OUT=True, NORM=bps >= BP,
+                 HAS_NW=bps >= BP, HAS_S0=True, DOT_PREC=prec, TOK_PREC=fwd_prec, num_warps=cfg.scan_warps,
+                 num_stages=cfg.stages)))
     bwd_w = dict(num_warps=cfg.warps_bwd, num_stages=cfg.stages)
     for is_k in (False, True):
         out.append(KernelLaunch(

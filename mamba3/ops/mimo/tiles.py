@@ -74,6 +74,12 @@ def token_strides(R: tl.constexpr, G, N2, H, P, A):
 
 
 @triton.jit
+def qk_pointers(Q, K, QB, KB, ROT, g, h, R: tl.constexpr, N2, A):
+    """q and k at group g, their biases and the rotation planes at head h: what ``rot_pair`` takes."""
+    return Q + g * 2 * N2, K + g * 2 * N2, QB + h * R * 2 * N2, KB + h * R * 2 * N2, ROT + h * 2 * A
+
+
+@triton.jit
 def rows_of(ntok, R: tl.constexpr, BM: tl.constexpr):
     """(token offset, rank, valid) of the BM rows of a tile holding ``ntok`` tokens."""
     i = tl.arange(0, BM)
