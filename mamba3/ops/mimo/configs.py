@@ -75,8 +75,9 @@ class MimoConfig:
         chunks, the state held in registers (``mimo_scan_out_kernel``), in place of the chunk-state, state-passing
         and output kernels, between which the fp32 state of every state chunk crosses DRAM four or five times
         (1.07 GB per crossing at B=8, T=4096, H=32, P=64, N=128 with 32-token state chunks). Needs
-        state_tiles = 1 (each state chunk one token tile) and N/2 ≤ bk (else the chunked forward runs). Its parallelism is sequences × heads × P blocks, so it
-        only suits batches that fill the GPU. Off: a candidate, not timed yet.
+        state_tiles = 1 (each state chunk one token tile) and N/2 ≤ bk (else the chunked forward runs). Its
+        parallelism is sequences × heads × P blocks, so it only suits batches that fill the GPU. Off: a candidate,
+        not timed yet.
     scan_bp: P block of ``mimo_scan_out_kernel`` (0: all of P; the fused RMSNorm always takes all of P). Smaller
         blocks hold less state per program and make more programs, and recompute the scores once per block.
     scan_warps: warps of ``mimo_scan_out_kernel``.
@@ -145,7 +146,7 @@ CONFIGS = {
 # Candidates of the scan forward (``MimoConfig.scan_fwd``) at P = 64, for timing (``bench_mimo.py --sweep``); the
 # dispatcher does not choose them yet. AOT sm_90, bf16 (fp32), N = 128: all at 255 registers, spill stores per
 # thread 208 (3616) B at P block 64 × 8 warps, 4 (1628) B at 32 × 8, 212 (3828) B at 32 × 4; sm_86 / sm_120
-# bf16 268-1344 B; fp32 inputs spill 14-31 KB on sm_86 / sm_120 at P block 32 (tf32x3 dots).
+# bf16 268-1344 B; fp32 inputs (tf32x3 dots) 6-31 KB there.
 SCAN_CANDIDATES = tuple(
     replace(CONFIGS[64][0], scan_fwd=True, state_tiles=1, scan_bp=bp, scan_warps=w, name=f"bm64-w4-scan-bp{bp}-w{w}")
     for bp, w in ((64, 8), (32, 8), (32, 4)))
