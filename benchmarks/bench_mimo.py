@@ -36,12 +36,15 @@ def main():
     ap.add_argument("--quick", action="store_true", help="fewer repetitions")
     ap.add_argument("--sweep", action="store_true",
                     help="also time variants of the P = 64 configuration (state chunk length, warps per kernel family, "
-                         "backward tile, tf32 forward dots) at B=8, T=4096")
+                         "backward tile, tf32 forward dots, the scan forward) at B=8, T=4096 (see --sweep-batch)")
     ap.add_argument("--only", default="", help="with --sweep: comma-separated substrings of the variants to time "
                                                "(matched against 'config/dtype', e.g. 'st1,bm32-st4/float32')")
     ap.add_argument("--shapes", default="all", choices=("all", "issue", "none"),
                     help="'all' (default), or 'issue' for the B=8 T=4096 bf16 P=64 row alone, or 'none' (with --sweep: "
                          "only the variants, for a short device call)")
+    ap.add_argument("--sweep-batch", type=int, default=8, choices=(1, 2, 4, 8),
+                    help="with --sweep: the batch of the variants' shape, at T = 32768 / batch (the scan forward's "
+                         "parallelism is batch × heads, so B=1 is where it would lose)")
     ns = ap.parse_args()
 
     from benchmarks.common import bench_ms, kernel_breakdown, write_results
@@ -133,11 +136,12 @@ def main():
         for cfg, dtype in variants:
             if keep and not any(x in f"{cfg.name}/{str(dtype).removeprefix('torch.')}" for x in keep):
                 continue
-            args = make_args(8, 4096, dtype=dtype)
+            sb, st = ns.sweep_batch, 32768 // ns.sweep_batch
+            args = make_args(sb, st, dtype=dtype)
             leaves = [x for _, x in tensor_leaves(args)]
             for x in leaves:
                 x.requires_grad_(True)
-            dout = torch.randn(8, 4096, 32, 64, device="cuda", dtype=dtype)
+            dout = torch.randn(sb, st, 32, 64, device="cuda", dtype=dtype)
 
             def fwd(cfg=cfg, args=args):
                 return call(mimo_triton, args, chunk_size=16, precision="ieee", config=cfg)[0]
@@ -150,7 +154,8 @@ def main():
                 t_fwd = bench_ms(fwd, rep=rep)
             worst = {str(dt).removeprefix("torch."): max(compare_with_float64(a, config=cfg).items(),
                                                          key=lambda kv: kv[1]) for dt, a in small.items()}
-            sweep.append({"config": cfg.name, "dtype": str(dtype).removeprefix("torch."), "fwd_ms": t_fwd,
+            sweep.append({"config": cfg.name, "dtype": str(dtype).removeprefix("torch."), "batch": sb, "seqlen": st,
+                          "fwd_ms": t_fwd,
                           "fwd_bwd_ms": bench_ms(fwd_bwd, rep=rep),
                           "worst_rel_err": {k: f"{n} {e:.2e}" for k, (n, e) in worst.items()}})
             print(sweep[-1], flush=True)

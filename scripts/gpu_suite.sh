@@ -13,8 +13,9 @@
 #            (≈ 3 + 3 + 1 + 1 + 1 min)
 #   info     `python -m mamba3 info`: AOT-compiles every kernel for this GPU (≈ 3 min of CPU; run alone, it
 #            slows whatever shares the CPUs with it)
-#   sweeps   (not in the default) sweep candidates (the open questions, see below): SWEEP_MIMO / SWEEP_SISO /
-#            SWEEP_SISO_B1 (--only filters of bench_mimo.py --sweep and sweep_siso.py at B8 / B1; "" skips one)
+#   sweeps   (not in the default) sweep candidates (the open questions, see below): SWEEP_MIMO / SWEEP_MIMO_B1 /
+#            SWEEP_SISO / SWEEP_SISO_B1 (--only filters of bench_mimo.py --sweep and sweep_siso.py at B8 / B1; ""
+#            skips one)
 # One device call runs for at most 10 minutes, so split the suite over calls, e.g. PARTS=ops, then PARTS=rest,
 # then PARTS=bench (measured on the H200, thirteenth session). Writes <part>_tests.log, demo.log, the benchmarks'
 # JSON + markdown and info.txt under $OUT; BUNDLE=1 writes them elsewhere and packs them into $OUT/gpu_suite.tgz
@@ -89,6 +90,12 @@ if has sweeps; then  # defaults: the pending MIMO candidate (twenty-fourth sessi
     timeout 400 python3 benchmarks/bench_mimo.py --shapes none --sweep --only="$SWEEP_MIMO" --out "$OUT/mimo_sweep.json" \
       > "$OUT/sweep_mimo.log" 2>&1 || status=1
     grep "'config'" "$OUT/sweep_mimo.log" || tail -n 5 "$OUT/sweep_mimo.log"
+  fi
+  SWEEP_MIMO_B1=${SWEEP_MIMO_B1-}  # e.g. scan-bp32-w8,st1 (B1 T32768: the scan forward has 32-64 programs there)
+  if [ -n "$SWEEP_MIMO_B1" ]; then
+    timeout 300 python3 benchmarks/bench_mimo.py --shapes none --sweep --sweep-batch 1 --only="$SWEEP_MIMO_B1" \
+      --out "$OUT/mimo_sweep_b1.json" > "$OUT/sweep_mimo_b1.log" 2>&1 || status=1
+    grep "'config'" "$OUT/sweep_mimo_b1.log" || tail -n 5 "$OUT/sweep_mimo_b1.log"
   fi
   if [ -n "$SWEEP_SISO" ]; then
     timeout 300 python3 benchmarks/sweep_siso.py --only "$SWEEP_SISO" --out "$OUT/siso_sweep.json" \
