@@ -167,6 +167,13 @@ def block_p(headdim: int) -> int:
     return bp
 
 
+def scan_block_p(cfg: MimoConfig, headdim: int, norm: bool) -> int:
+    """The P block of ``mimo_scan_out_kernel``: ``cfg.scan_bp`` (at most the P bucket), all of P with the fused
+    RMSNorm or when scan_bp is 0."""
+    bp = block_p(headdim)
+    return bp if norm or not cfg.scan_bp else min(cfg.scan_bp, bp)
+
+
 def smem_estimates(cfg: MimoConfig, headdim: int) -> dict[str, int]:
     """Upper bounds (bytes) of each tile kernel's shared memory: every fp32 dot operand of the kernel counted
     once, without the reuse Triton's allocator does (measured values are 40–70 % of these; the AOT lane

@@ -48,11 +48,13 @@ def _rotation_planes(theta):
     return rot
 
 
-def _pass_tensors(L, norm, q, k, v, theta, cs, gam, scl, qb, kb, psi, zeta, phi, D, z, nw, s0):
+def _pass_tensors(L, norm, q, k, v, theta, cs, gam, scl, qb, kb, psi, zeta, phi, D, z, nw, s0, chunked=True):
     """What the launchers of one pass (forward, or the backward with its forward recompute) read, with the
-    tensors derived once per pass: the rotation planes and the state chunks' decays."""
-    return dict(q=q, k=k, v=v, rot=_rotation_planes(theta), cs=cs, decay=_launch.chunk_decays(L, cs), gam=gam,
-                scl=scl, qb=qb, kb=kb, psi=psi, zeta=zeta, phi=phi, D=D, z=z, nw=nw, s0=s0, norm=norm)
+    tensors derived once per pass: the rotation planes and, for the chunked passes' state passing, the state
+    chunks' decays (``chunked=False``: the scan forward, which has no use for them)."""
+    return dict(q=q, k=k, v=v, rot=_rotation_planes(theta), cs=cs,
+                decay=_launch.chunk_decays(L, cs) if chunked else None, gam=gam, scl=scl, qb=qb, kb=kb, psi=psi,
+                zeta=zeta, phi=phi, D=D, z=z, nw=nw, s0=s0, norm=norm)
 
 
 class _MimoCore(torch.autograd.Function):
@@ -63,8 +65,10 @@ class _MimoCore(torch.autograd.Function):
         ctx.save_for_backward(q, k, v, theta, cs, gam, scl, qb, kb, psi, zeta, phi, D, z, nw, s0)
         if replaying_for_gradients():  # neither value is read by a gradient formula (common.replay)
             return _launch.empty_outputs(L, v, phi is not None)
-        t = _pass_tensors(L, flags["norm"], q, k, v, theta, cs, gam, scl, qb, kb, psi, zeta, phi, D, z, nw, s0)
-        if _launch.uses_scan(L):
+        scan = _launch.uses_scan(L)
+        t = _pass_tensors(L, flags["norm"], q, k, v, theta, cs, gam, scl, qb, kb, psi, zeta, phi, D, z, nw, s0,
+                          chunked=not scan)
+        if scan:
             return _launch.scan_forward(L, t)
         sin, sfin = _launch.forward(L, t)
         out = _launch.out_pass(L, t, sin)

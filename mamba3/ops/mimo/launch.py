@@ -9,7 +9,7 @@ import triton
 
 from ..common.state_passing import state_passing
 from .bwd import mimo_bwd_dqk_kernel, mimo_bwd_dv_kernel, mimo_state_bwd_kernel
-from .configs import MimoConfig, block_p
+from .configs import MimoConfig, block_p, scan_block_p
 from .fwd import mimo_chunk_state_kernel, mimo_out_kernel, mimo_scan_out_kernel
 
 # Elements of the (P·N) state per program of the state-passing kernels, which walk a sequence's state chunks in
@@ -241,7 +241,7 @@ def scan_forward(L: Launch, t):
     v = t["v"]
     out = torch.empty(_out_shape(L, has_out), device=v.device, dtype=v.dtype)
     sfin = _final_states(L, v.device)
-    bp = L.BP if (t["norm"] or not cfg.scan_bp) else min(cfg.scan_bp, L.BP)
+    bp = scan_block_p(cfg, L.P, t["norm"])
     d = lambda x: t["cs"] if x is None else x  # noqa: E731
     mimo_scan_out_kernel[(triton.cdiv(L.P, bp), T.ns, L.H)](
         t["q"], t["k"], v, t["rot"], t["cs"], t["gam"], t["scl"], t["qb"], t["kb"], t["psi"], d(t["zeta"]),
@@ -349,8 +349,8 @@ def aot_kernel_launches(cfg: MimoConfig, headdim: int, dtype, arch: int, dstate:
              i32(16), i32(16), i32(16), i32(16), TT, H, H // G, G, N2, A, P, 1e-5),
             dict(R=R, BM=cfg.bm, BK=cfg.bk, BP=BP, HAS_D=True, HAS_Z=True, HAS_OUT=True, NORM=True, HAS_NW=True,
                  BWD=bwd, ONE_K=N2 <= cfg.bk, DOT_PREC=prec, TOK_PREC=prec if bwd else fwd_prec, **common_w)))
-    if cfg.scan_fwd:
-        bps = BP if not cfg.scan_bp else min(cfg.scan_bp, BP)
+    if cfg.scan_fwd:  # with the fused RMSNorm where the block holds all of P
+        bps = scan_block_p(cfg, P, norm=False)
         out.append(KernelLaunch(
             f"mimo_scan_out_kernel[bp{bps}-w{cfg.scan_warps}]-{tag}", mimo_scan_out_kernel,
             (q, q, v, f, f, f, f, f, f, f, f, f, f, v, f, f, v, f, i32(16), i32(16), i32(16), 64, TT, H, H // G, G, N2,
