@@ -103,11 +103,11 @@ def main():
         import dataclasses
 
         from mamba3.ops.mimo.check import compare as compare_with_float64
-        from mamba3.ops.mimo.configs import SCAN_CANDIDATES
         from mamba3.testing.inputs import mimo_inputs
 
-        base = choose_config(device_spec(), MimoProblem(128, 64, 4))
         R = dataclasses.replace
+        chosen = choose_config(device_spec(), MimoProblem(128, 64, 4))
+        base = R(chosen, scan_fwd=False)  # the chunked forward (the dispatcher runs the scan on filling grids)
         variants = [R(base, state_tiles=st, name=f"{base.name}-st{st}") for st in (1, 2, 4)]
         # the twelfth session's warp counts: each kernel family back at 8 warps (one CTA per SM)
         variants += [R(base, warps=8, name=f"{base.name}-out8"), R(base, state_warps=8, name=f"{base.name}-state8"),
@@ -122,8 +122,8 @@ def main():
         # with 64-column pair blocks each (tile, head) forms dy·ṽᵀ once instead of once per 32-column block)
         variants += [R(base, bwd_dots16=True, warps_bwd=8, name=f"{base.name}-bwd16-w8"),
                      R(base, bwd_dots16=True, warps_bwd=8, bk_bwd=64, name=f"{base.name}-bwd16-w8-bk64")]
-        # the scan forward (one walk per sequence, head and P block; the state in registers), not timed yet
-        variants += list(SCAN_CANDIDATES)
+        # the scan forward (one walk per sequence, head and P block; the state in registers), forced
+        variants += [chosen.scan_variant()]
         # fp32 inputs (tf32x3 dots): the default tiles spill ≈ 4 KB per thread (AOT sm_90), 32-row tiles ≤ 712 B
         variants = [(v, torch.bfloat16) for v in variants] + [
             (base, torch.float32), (R(base, bm=32, bm_bwd=32, state_tiles=4, name=f"{base.name}-bm32-st4"),

@@ -81,9 +81,9 @@ if has bench; then
     pack
   done
 fi
-if has sweeps; then  # defaults: the pending MIMO candidate (twenty-fourth session: MimoConfig.scan_fwd, against the
-  # chunked forward at the same 16-token state chunks, -st1, and the default, -st2); the default SISO tiles alone at
-  # B8 re-time the README's row
+if has sweeps; then  # defaults: the MIMO scan forward (MimoConfig.scan_fwd, forced) against the chunked forward
+  # at the same 16-token state chunks (-st1) and at 32 (-st2); the default SISO tiles alone at B8 re-time the
+  # README's row
   SWEEP_MIMO=${SWEEP_MIMO-scan,st1,st2}
   SWEEP_SISO=${SWEEP_SISO-bf16-joined-c64-w4/8}
   if [ -n "$SWEEP_MIMO" ]; then
@@ -91,7 +91,7 @@ if has sweeps; then  # defaults: the pending MIMO candidate (twenty-fourth sessi
       > "$OUT/sweep_mimo.log" 2>&1 || status=1
     grep "'config'" "$OUT/sweep_mimo.log" || tail -n 5 "$OUT/sweep_mimo.log"
   fi
-  SWEEP_MIMO_B1=${SWEEP_MIMO_B1-}  # e.g. scan-bp32-w8,st1 (B1 T32768: the scan forward has 32-64 programs there)
+  SWEEP_MIMO_B1=${SWEEP_MIMO_B1-}  # e.g. scan,st1 (B1 T32768: the scan forward has 32 programs there)
   if [ -n "$SWEEP_MIMO_B1" ]; then
     timeout 300 python3 benchmarks/bench_mimo.py --shapes none --sweep --sweep-batch 1 --only="$SWEEP_MIMO_B1" \
       --out "$OUT/mimo_sweep_b1.json" > "$OUT/sweep_mimo_b1.log" 2>&1 || status=1

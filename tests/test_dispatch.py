@@ -86,3 +86,30 @@ def test_siso_head_split_follows_the_grid():
     assert _head_split(7, 8, 10_000, 132) == 7      # divisors of 7: 1 and 7
     assert _head_split(1, 8, 10_000, 132) == 1
     assert _head_split(4, 1, 10_000, 132) == 1      # head_split = 1: dq/dk written directly
+
+
+def test_mimo_scan_forward_only_on_filling_grids():
+    """``MimoConfig.scan_fwd`` None: the scan forward where it was measured to pay (16-bit inputs, R = 4 at 16-token
+    chunks, N ≤ 128, sequences of one length) and its programs fill the last wave of a known device; the chunked
+    forward otherwise; True / False as set."""
+    from mamba3.dispatch import arch_spec
+    from mamba3.ops.mimo.configs import CONFIGS, MimoConfig, MimoProblem, choose_config, for_grid
+
+    base = choose_config(arch_spec(90), MimoProblem(128, 64, 4)).for_chunk(4, 16)
+    assert base.scan_fwd is None and base.state_tiles == 2
+    grid = dict(programs=256, sm_count=132, rank=4, dstate=128, sixteen_bit=True, equal_lengths=True)
+    scan = for_grid(base, **grid)
+    assert scan.scan_fwd is True and scan.state_tiles == 1 and scan.scan_bp == 64 and scan.scan_warps == 8
+    assert for_grid(base, **dict(grid, programs=128)).scan_fwd is True       # one wave, 0.97 full
+    for other in (dict(programs=200),                                        # second wave 0.52 full
+                  dict(programs=64),                                         # half the SMs idle
+                  dict(sm_count=None),                                       # no device
+                  dict(sixteen_bit=False), dict(rank=2), dict(dstate=256), dict(equal_lengths=False)):
+        cfg = for_grid(base, **dict(grid, **other))
+        assert cfg.scan_fwd is False and cfg.state_tiles == 2, other
+    assert for_grid(base.for_chunk(4, 8), **grid).scan_fwd is False          # 8-token chunks: not timed
+    forced = MimoConfig(state_tiles=1, scan_fwd=True)
+    assert for_grid(forced, **dict(grid, programs=1)) is forced
+    off = MimoConfig(scan_fwd=False)
+    assert for_grid(off, **grid) is off
+    assert all(cfg.scan_fwd is False for p, cfgs in CONFIGS.items() if p != 64 for cfg in cfgs)

@@ -109,23 +109,41 @@ def test_every_config(p, cfg, dtype):
            rms_norm=True)
 
 
-def _scan_candidates():
-    from mamba3.ops.mimo.configs import SCAN_CANDIDATES
+def _scan_variants():
+    from mamba3.ops.mimo.configs import CONFIGS
 
-    return SCAN_CANDIDATES
+    return [cfg.scan_variant() for cfgs in CONFIGS.values() for cfg in cfgs if cfg.scan_fwd is None]
 
 
-@pytest.mark.parametrize("cfg", _scan_candidates(), ids=lambda c: c.name)
+@pytest.mark.parametrize("cfg", _scan_variants(), ids=lambda c: c.name)
 @pytest.mark.parametrize("dtype", DTYPES.values(), ids=DTYPES.keys())
 @pytest.mark.parametrize("case", [
     dict(bsz=2, seqlen=150, rms_norm=True),                               # fused norm: all of P in one block
-    dict(bsz=1, seqlen=211, cu_seqlens=[0, 1, 17, 90, 211]),              # varlen (P blocks of 32 where set)
+    dict(bsz=1, seqlen=211, cu_seqlens=[0, 1, 17, 90, 211]),              # varlen
     dict(bsz=2, seqlen=100, with_out=False),                              # per-rank output
 ], ids=["norm", "varlen", "perrank"])
-def test_scan_forward_candidates(cfg, dtype, case):
-    """``MimoConfig.scan_fwd``'s timing candidates (the forward as one walk per sequence, head and P block) at the
-    benchmarks' N = 128 and P = 64, input states and every feature on, against float64."""
+def test_scan_forward(cfg, dtype, case):
+    """The scan forward of every configuration the dispatcher may switch to it (``MimoConfig.scan_variant``; forced
+    here, at any grid and dtype) at the benchmarks' N = 128 and P = 64, input states and every feature on, against
+    float64."""
     _check(dtype, config=cfg, nheads=4, ngroups=2, dstate=128, headdim=64, rank=4, states=True, **case)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+def test_dispatcher_scans_filling_grids(dtype, monkeypatch):
+    """Without a forced configuration: a grid of (sequence, head) programs that fills every SM runs the scan
+    forward (``configs.for_grid``), and it matches float64; one sequence of the same tokens does not."""
+    from mamba3.ops.mimo import launch
+
+    calls = []
+    run = launch.scan_forward
+    monkeypatch.setattr(launch, "scan_forward", lambda *a: calls.append(1) or run(*a))
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    _check(dtype, bsz=sms, seqlen=40, nheads=2, ngroups=1, dstate=128, headdim=64, rank=4, states=True)
+    scans = len(calls)
+    assert scans >= 1
+    _check(dtype, bsz=1, seqlen=40, nheads=2, ngroups=1, dstate=128, headdim=64, rank=4, states=True)
+    assert len(calls) == scans
 
 
 def _bwd16_params():

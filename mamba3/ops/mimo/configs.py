@@ -74,13 +74,21 @@ class MimoConfig:
     scan_fwd: the forward (not the backward's recompute) as one walk per (sequence, head, P block) over its state
         chunks, the state held in registers (``mimo_scan_out_kernel``), in place of the chunk-state, state-passing
         and output kernels, between which the fp32 state of every state chunk crosses DRAM four or five times
-        (1.07 GB per crossing at B=8, T=4096, H=32, P=64, N=128 with 32-token state chunks). Needs
-        state_tiles = 1 (each state chunk one token tile) and N/2 ≤ bk (else the chunked forward runs). Its
-        parallelism is sequences × heads × P blocks, so it only suits batches that fill the GPU. Off: a candidate,
-        not timed yet.
+        (1.07 GB per crossing at B=8, T=4096, H=32, P=64, N=128 with 32-token state chunks). True needs
+        state_tiles = 1 (each state chunk one token tile) and runs where N/2 ≤ bk (else the chunked forward runs);
+        None: the launcher decides per call (:func:`for_grid`), running :meth:`scan_variant` where the rule holds.
+        Its parallelism is sequences × heads × P blocks, so it only suits grids that fill the GPU. H200, bf16, N =
+        128, P = 64, R = 4, 16-token chunks (twenty-fifth session), forward / forward+backward ms: B8 T4096 (256
+        programs) scan at P block 64 × 8 warps 5.19 / 33.97, at 32 × 8 warps 8.57 / 37.30, chunked at 1 state tile
+        6.87 / 35.60, at 2 (the default) 6.10 / 35.28; B4 T8192 (128 programs) scan at 64 × 8 warps 5.34 / 34.26,
+        chunked at 2 tiles 6.16 / 35.68; B1 T32768 scan at 32 × 8 warps (64 programs) 16.88 / 46.06, chunked at 1
+        tile 7.15 / 36.19 (``benchmarks/results/mimo_scan_sweep_h200.md``). At P block 32 × 4 warps the 16-bit
+        kernel returned wrong outputs and faulted on the H200 (the interpreter runs it right; as the P = 32, 4-warp
+        output kernel, below), so it is not offered.
     scan_bp: P block of ``mimo_scan_out_kernel`` (0: all of P; the fused RMSNorm always takes all of P). Smaller
         blocks hold less state per program and make more programs, and recompute the scores once per block.
-    scan_warps: warps of ``mimo_scan_out_kernel``.
+    scan_warps: warps of ``mimo_scan_out_kernel``: 8 (255 registers, one CTA per SM; AOT sm_90 bf16 208 B of
+        spills at P block 64).
     """
 
     bm: int = 64
@@ -95,7 +103,7 @@ class MimoConfig:
     stages: int = 1
     fwd_dots16: bool = True
     bwd_dots16: bool = False
-    scan_fwd: bool = False
+    scan_fwd: bool | None = False
     scan_bp: int = 0
     scan_warps: int = 8
     name: str = "default"
@@ -104,6 +112,11 @@ class MimoConfig:
         if self.scan_fwd and self.state_tiles != 1:
             raise ValueError(f"MimoConfig {self.name}: scan_fwd needs state_tiles=1 (one token tile per state "
                              f"chunk), got {self.state_tiles}")
+
+    def scan_variant(self) -> "MimoConfig":
+        """This configuration with the scan forward (and one token tile per state chunk, for the backward too:
+        the same speed there, H200 B8 T4096 backward 28.7 ms at 1 tile against 29.2 at 2)."""
+        return replace(self, scan_fwd=True, state_tiles=1, name=f"{self.name}-scan")
 
     def for_chunk(self, rank: int, chunk_size: int | None) -> "MimoConfig":
         """The tile for this rank, capped by the caller's chunk_size (tokens): at least 16 rows (tl.dot's
@@ -131,7 +144,8 @@ CONFIGS = {
     32: (MimoConfig(warps=4, state_warps=4, warps_bwd=4, fwd_dots16=False, name="bm64-w4-tf32"),),
     # P = 64 at 4 warps (two 4-warp CTAs per SM instead of one 8-warp CTA; 255 registers, ≤ 172 B spills on
     # sm_90): H200, bf16, B=8, T=4096: forward / forward+backward 9.22 / 56.6 ms at 8 warps, 6.08 / 35.0 ms.
-    64: (MimoConfig(warps=4, state_warps=4, warps_bwd=4, name="bm64-w4"),
+    # The forward as the scan (``scan_fwd``) where the grid fills the GPU (``for_grid``).
+    64: (MimoConfig(warps=4, state_warps=4, warps_bwd=4, scan_fwd=None, scan_bp=64, scan_warps=8, name="bm64-w4"),
          MimoConfig(bm_bwd=32, warps_bwd=4, name="bm64-bwd32")),
     # P = 128 at 64 rows: with 16-bit forward dots the output kernel returned wrong values on the H200 (Triton 3.6:
     # output error 0.21 against float64, bf16, N = 64; every gradient right; the interpreter runs it exactly), so
@@ -142,15 +156,6 @@ CONFIGS = {
           MimoConfig(bm=32, bm_bwd=16, bk=16, bk_bwd=16, state_tiles=8, bp_state=32, warps=4, warps_bwd=4,
                      state_warps=4, name="bm32-bwd16")),
 }
-
-# Candidates of the scan forward (``MimoConfig.scan_fwd``) at P = 64, for timing (``bench_mimo.py --sweep``); the
-# dispatcher does not choose them yet. AOT sm_90, bf16 (fp32), N = 128: all at 255 registers, spill stores per
-# thread 208 (3616) B at P block 64 × 8 warps, 4 (1628) B at 32 × 8, 212 (3828) B at 32 × 4; sm_86 / sm_120
-# bf16 268-1344 B; fp32 inputs (tf32x3 dots) 6-31 KB there.
-SCAN_CANDIDATES = tuple(
-    replace(CONFIGS[64][0], scan_fwd=True, state_tiles=1, scan_bp=bp, scan_warps=w, name=f"bm64-w4-scan-bp{bp}-w{w}")
-    for bp, w in ((64, 8), (32, 8), (32, 4)))
-
 
 @dataclass(frozen=True)
 class MimoProblem:
@@ -172,6 +177,31 @@ def scan_block_p(cfg: MimoConfig, headdim: int, norm: bool) -> int:
     RMSNorm or when scan_bp is 0."""
     bp = block_p(headdim)
     return bp if norm or not cfg.scan_bp else min(cfg.scan_bp, bp)
+
+
+#: The scan forward's last wave must be this full (programs / (waves × SMs)) for it to run: at one CTA per SM its
+#: time is waves × one sequence's walk, while the chunked forward's follows the tokens. On the H200 the scan took
+#: 0.85 (B8 T4096: 256 programs on 132 SMs) and 0.87 (B4 T8192: 128) of the chunked forward's time with the last
+#: wave 0.97 full, so by that measure a wave 0.83-0.84 full would tie; 0.9 leaves a margin (no fill between was
+#: measured).
+SCAN_MIN_FILL = 0.9
+
+
+def for_grid(cfg: MimoConfig, *, programs: int, sm_count: int | None, rank: int, dstate: int, sixteen_bit: bool,
+             equal_lengths: bool) -> MimoConfig:
+    """``cfg`` with ``scan_fwd`` decided: as set when True or False; None (the dispatcher's) gives
+    :meth:`MimoConfig.scan_variant` where what was measured says it pays — 16-bit inputs (fp32 ones spill 6-31 KB
+    per thread off sm_90, AOT), R = 4 at 16-token chunks and N/2 ≤ bk (the H200's sweep shape; other R and chunks
+    were not timed), sequences of one length (the longest would set the scan's time) and ``programs`` (P blocks ×
+    sequences × heads) filling the last wave of a device of known SM count to ``SCAN_MIN_FILL``. The scan kernel's
+    shared memory (≤ 50 KB for 16-bit inputs) is proven by the AOT lane on every CI architecture."""
+    if cfg.scan_fwd is not None:
+        return cfg
+    pays = sixteen_bit and rank == 4 and cfg.bm == 64 and dstate // 2 <= cfg.bk and equal_lengths and bool(sm_count)
+    if pays:
+        waves = -(-programs // sm_count)
+        pays = programs >= SCAN_MIN_FILL * waves * sm_count
+    return cfg.scan_variant() if pays else replace(cfg, scan_fwd=False)
 
 
 def smem_estimates(cfg: MimoConfig, headdim: int) -> dict[str, int]:
@@ -236,8 +266,9 @@ def aot_launches(arch: int):
     dots on fp32 operands; bf16 and fp16 only differ in their loads). Shape classes: N/2 ≤ BK (the rotated
     tile is reused, ``ONE_K``) at N = 128 and, where the configuration's BK allows it, N/2 > BK at N = 256.
     The state-passing and angle kernels use no dots (shared memory only for reduction / scan scratch) and are
-    listed once (the angle kernels at A = 32 and A = 128, their two block shapes' extremes). The scan forward's
-    timing candidates (``SCAN_CANDIDATES``) are compiled too, so that one can be adopted knowing it fits.
+    listed once (the angle kernels at A = 32 and A = 128, their two block shapes' extremes). A configuration
+    whose scan forward the launcher may pick (``scan_fwd`` None) adds that kernel for 16-bit inputs (the only ones
+    ``for_grid`` picks it for).
     """
     from mamba3.dispatch import arch_spec
 
@@ -256,12 +287,12 @@ def aot_launches(arch: int):
         if cfg.bk >= 64 or cfg.bk_bwd >= 64:  # the N/2 > BK loops at N = 256
             launches += aot_kernel_launches(cfg, headdim=p, dtype=torch.bfloat16, arch=arch, dstate=256,
                                             kernels=("mimo_out", "mimo_bwd_dv"))
+        if cfg.scan_fwd is None:
+            launches += aot_kernel_launches(cfg.scan_variant(), headdim=p, dtype=torch.bfloat16, arch=arch,
+                                            kernels=("mimo_scan_out",))
         if i == 0:
             launches += aot_kernel_launches(cfg, headdim=p, dtype=torch.float32, arch=arch,
                                             kernels=("mimo_state", "mimo_angle"))
             launches += aot_kernel_launches(cfg, headdim=p, dtype=torch.float32, arch=arch, dstate=512,
                                             kernels=("mimo_angle",))  # A = 128: the largest angle block
-    for i, cfg in enumerate(SCAN_CANDIDATES):  # bf16 each, fp32 (the largest operands) for one
-        for dtype in (torch.bfloat16, torch.float32) if i == 1 else (torch.bfloat16,):
-            launches += aot_kernel_launches(cfg, headdim=64, dtype=dtype, arch=arch, kernels=("mimo_scan_out",))
     return launches

@@ -16,7 +16,8 @@ Tiling: the dispatcher's configuration fixes BM rows = (token, rank) pairs per t
 the tile's tokens (the math does not depend on it). fp32 inputs use tf32x3 dots (fp32-accurate) unless
 precision="tf32"; bf16/fp16 inputs use tf32 dots on fp32 operands, except for the forward's token-by-token
 dots, whose operands are rounded to the input's 16-bit type (and the dq/dk/dv kernels' dots where the
-configuration sets ``bwd_dots16``, off by default).
+configuration sets ``bwd_dots16``, off by default). Where the grid of (P block, sequence, head) programs fills
+the GPU, the forward runs as one scan per program with the state in registers (``configs.for_grid``).
 """
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ from . import launch as _launch
 from ..common.chunking import make_chunks
 from ..common.replay import replaying_for_gradients
 from .angles import ANGLE_CHUNK, MimoAngles
-from .configs import MimoProblem, block_p, choose_config
+from .configs import MimoProblem, block_p, choose_config, for_grid, scan_block_p
 
 
 def _device_spec(device):
@@ -143,8 +144,14 @@ def mimo_triton(q, k, v, adt, dt, trap, q_bias, k_bias, mimo_v, mimo_z, mimo_out
     if cu_seqlens is not None and cu_seqlens.is_cuda:  # read on the host once (one wait), not by every table
         cu_seqlens = cu_seqlens.cpu()
     f32 = torch.float32
-    cfg = config or choose_config(_device_spec(dev), MimoProblem(dstate, headdim, rank, v.dtype))
+    spec = _device_spec(dev)
+    cfg = config or choose_config(spec, MimoProblem(dstate, headdim, rank, v.dtype))
     cfg = cfg.for_chunk(rank, chunk_size)
+    nseq = bsz if cu_seqlens is None else len(cu_seqlens) - 1
+    lengths = None if cu_seqlens is None else cu_seqlens[1:] - cu_seqlens[:-1]
+    cfg = for_grid(cfg, programs=-(-headdim // scan_block_p(cfg, headdim, bool(rms_norm))) * nseq * nheads,
+                   sm_count=spec.sm_count, rank=rank, dstate=dstate, sixteen_bit=v.dtype != torch.float32,
+                   equal_lengths=lengths is None or bool((lengths == lengths[0]).all()))
     ct, cs_tokens = cfg.bm // rank, (cfg.bm // rank) * cfg.state_tiles
     tables = _launch.build_tables(bsz, seqlen, cu_seqlens, ct, cs_tokens, dev)
     tables_bwd = tables if cfg.bm_bwd == cfg.bm else _launch.build_tables(bsz, seqlen, cu_seqlens,

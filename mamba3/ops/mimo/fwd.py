@@ -23,7 +23,7 @@ import triton.language as tl
 
 from ..common.tiles import fast_exp, fast_sigmoid
 from .tiles import (dot_operand, load_rank_p, load_rows_p, load_state_pair, load_tok_rows, mdot, pair_weights,
-                    qk_pointers, rot_pair, rows_of, token_strides, token_tile, vtilde)
+                    qk_pointers, rot_pair, rows_of, store_state_pair, token_strides, token_tile, vtilde)
 
 
 @triton.jit
@@ -118,12 +118,7 @@ def mimo_chunk_state_kernel(X, sx_t, sx_r, PSI, Y, sy_t, sy_r, BIAS, ROT, srot_t
         xw = tl.trans(x * w[:, None])  # [BP, BM]
         acc1 = mdot(xw, y1, acc1, DOT_PREC)
         acc2 = mdot(xw, y2, acc2, DOT_PREC)
-    pp = p0 + tl.arange(0, BP)
-    kk = k0 + tl.arange(0, BK)
-    m = (pp < P)[:, None] & (kk < N2)[None, :]
-    off = ((bc * H + h).to(tl.int64) * P + pp[:, None]) * (2 * N2) + kk[None, :]
-    tl.store(OUT + off, acc1, mask=m)
-    tl.store(OUT + off + N2, acc2, mask=m)
+    store_state_pair(OUT + ((bc * H + h).to(tl.int64) * P + p0) * (2 * N2), acc1, acc2, k0, N2, P - p0, BP, BK)
 
 
 @triton.jit(do_not_specialize=["TT"])
@@ -307,9 +302,4 @@ def mimo_scan_out_kernel(Q, K, V, ROT, CS, GAM, SCL, QB, KB, PSI, ZETA, PHI, DD,
         decay = fast_exp(c_end)
         s1 = mdot(xw, k1, s1 * decay, TOK_PREC)
         s2 = mdot(xw, k2, s2 * decay, TOK_PREC)
-    pp = tl.arange(0, BP)
-    kk = tl.arange(0, BK)
-    m = (pp < PV)[:, None] & (kk < N2)[None, :]
-    off = s_off + pp[:, None] * (2 * N2) + kk[None, :]
-    tl.store(SFIN + off, s1, mask=m)
-    tl.store(SFIN + off + N2, s2, mask=m)
+    store_state_pair(SFIN + s_off, s1, s2, 0, N2, PV, BP, BK)

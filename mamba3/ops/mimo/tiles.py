@@ -186,6 +186,18 @@ def load_state_pair(S, k0, N2, P, BP: tl.constexpr, BK: tl.constexpr):
 
 
 @triton.jit
+def store_state_pair(S, s1, s2, k0, N2, P, BP: tl.constexpr, BK: tl.constexpr):
+    """Stores the two [BP, BK] halves s1, s2 of a (P, N) fp32 state at pair block k0 (``load_state_pair``'s
+    layout)."""
+    pp = tl.arange(0, BP)
+    kk = k0 + tl.arange(0, BK)
+    m = (pp < P)[:, None] & (kk < N2)[None, :]
+    off = pp[:, None] * (2 * N2) + kk[None, :]
+    tl.store(S + off, s1, mask=m)
+    tl.store(S + off + N2, s2, mask=m)
+
+
+@triton.jit
 def token_decays(C, a0, na, b0, nb, CT: tl.constexpr):
     """[CT, CT] e^{c_later − c_earlier} between tokens a0 + a (rows) and b0 + b (columns), 1 for the same token (C
     at the head's (TT,) in-chunk cumsum). c never increases within a state chunk (adt ≤ 0, the operator's
