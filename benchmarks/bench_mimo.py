@@ -122,8 +122,9 @@ def main():
         # with 64-column pair blocks each (tile, head) forms dy·ṽᵀ once instead of once per 32-column block)
         variants += [R(base, bwd_dots16=True, warps_bwd=8, name=f"{base.name}-bwd16-w8"),
                      R(base, bwd_dots16=True, warps_bwd=8, bk_bwd=64, name=f"{base.name}-bwd16-w8-bk64")]
-        # the scan forward (one walk per sequence, head and P block; the state in registers), forced
-        variants += [chosen.scan_variant()]
+        # the scan forward (one walk per sequence, head and P block; the state in registers), forced, and with the
+        # backward's states from its states-only walk (scan_states: not timed yet)
+        variants += [chosen.scan_variant(), R(chosen.scan_variant(), scan_states=True, name=f"{base.name}-scan-states")]
         # fp32 inputs (tf32x3 dots): the default tiles spill ≈ 4 KB per thread (AOT sm_90), 32-row tiles ≤ 712 B
         variants = [(v, torch.bfloat16) for v in variants] + [
             (base, torch.float32), (R(base, bm=32, bm_bwd=32, state_tiles=4, name=f"{base.name}-bm32-st4"),

@@ -182,6 +182,23 @@ def test_scan_forward_p_blocks_varlen(with_out, scan_calls):
     assert scan_calls
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+def test_scan_states_backward(dtype, scan_calls, monkeypatch):
+    """``MimoConfig.scan_states``: the backward takes the states entering its state chunks from the scan kernel's
+    states-only walk. Every gradient against float64, with input states, packed sequences of 1, 13 and 3 tokens
+    (the idle iterations of the short ones must not store) and two P blocks (P = 24 in blocks of 16)."""
+    from mamba3.ops.mimo import launch
+    from mamba3.ops.mimo.configs import MimoConfig
+
+    states_calls = []
+    run = launch.scan_states
+    monkeypatch.setattr(launch, "scan_states", lambda *a: states_calls.append(1) or run(*a))
+    cfg = MimoConfig(**SCAN, scan_bp=16, scan_states=True, name="tiny-scan-states")
+    _check(dtype, config=cfg, bsz=1, seqlen=17, nheads=4, ngroups=2, dstate=16, headdim=24, rank=2, states=True,
+           cu_seqlens=[0, 1, 14, 17], rms_norm=dtype == torch.float32)
+    assert scan_calls and states_calls
+
+
 def test_scan_forward_needs_one_tile_per_state_chunk():
     from mamba3.ops.mimo.configs import MimoConfig
 

@@ -89,6 +89,10 @@ class MimoConfig:
         blocks hold less state per program and make more programs, and recompute the scores once per block.
     scan_warps: warps of ``mimo_scan_out_kernel``: 8 (255 registers, one CTA per SM; AOT sm_90 bf16 208 B of
         spills at P block 64).
+    scan_states: with the scan forward, the backward's recompute of the state entering each state chunk as the
+        same walk without outputs (``mimo_scan_out_kernel`` STATES), in place of the chunk-state kernel (which writes
+        every chunk's local ΔS) and the state pass (which reads it and writes the states): at 16-token state chunks
+        (B=8, T=4096, H=32, P=64, N=128) 2.1 GB cross DRAM once instead of three times. A candidate, not timed.
     """
 
     bm: int = 64
@@ -106,6 +110,7 @@ class MimoConfig:
     scan_fwd: bool | None = False
     scan_bp: int = 0
     scan_warps: int = 8
+    scan_states: bool = False
     name: str = "default"
 
     def __post_init__(self):
@@ -268,7 +273,7 @@ def aot_launches(arch: int):
     The state-passing and angle kernels use no dots (shared memory only for reduction / scan scratch) and are
     listed once (the angle kernels at A = 32 and A = 128, their two block shapes' extremes). A configuration
     whose scan forward the launcher may pick (``scan_fwd`` None) adds that kernel for 16-bit inputs (the only ones
-    ``for_grid`` picks it for).
+    ``for_grid`` picks it for), and its states-only walk (the ``scan_states`` candidate's).
     """
     from mamba3.dispatch import arch_spec
 
@@ -287,9 +292,9 @@ def aot_launches(arch: int):
         if cfg.bk >= 64 or cfg.bk_bwd >= 64:  # the N/2 > BK loops at N = 256
             launches += aot_kernel_launches(cfg, headdim=p, dtype=torch.bfloat16, arch=arch, dstate=256,
                                             kernels=("mimo_out", "mimo_bwd_dv"))
-        if cfg.scan_fwd is None:
-            launches += aot_kernel_launches(cfg.scan_variant(), headdim=p, dtype=torch.bfloat16, arch=arch,
-                                            kernels=("mimo_scan_out",))
+        if cfg.scan_fwd is None:  # with the states-only walk of the scan_states candidate
+            launches += aot_kernel_launches(replace(cfg.scan_variant(), scan_states=True), headdim=p,
+                                            dtype=torch.bfloat16, arch=arch, kernels=("mimo_scan_out",))
         if i == 0:
             launches += aot_kernel_launches(cfg, headdim=p, dtype=torch.float32, arch=arch,
                                             kernels=("mimo_state", "mimo_angle"))

@@ -80,7 +80,8 @@ class _MimoCore(torch.autograd.Function):
         L = ctx.L
         q, k, v, theta, cs, gam, scl, qb, kb, psi, zeta, phi, D, z, nw, s0 = ctx.saved_tensors
         t = _pass_tensors(L, ctx.flags["norm"], q, k, v, theta, cs, gam, scl, qb, kb, psi, zeta, phi, D, z, nw, s0)
-        sin, _ = _launch.forward(L, t)  # recompute the incoming states (not kept between passes)
+        # recompute the incoming states (not kept between passes)
+        sin = _launch.scan_states(L, t) if _launch.uses_scan_states(L) else _launch.forward(L, t)[0]
         g = _launch.backward(L, t, sin, dout.contiguous(), None if dsfin is None else dsfin.contiguous())
         return (None, None, g["q"], g["k"], g["v"], g["theta"], g["cs"], g["gam"], g["scl"],
                 g["qb"].to(qb.dtype), g["kb"].to(kb.dtype), g["psi"].to(psi.dtype),

@@ -245,12 +245,35 @@ def scan_forward(L: Launch, t):
     d = lambda x: t["cs"] if x is None else x  # noqa: E731
     mimo_scan_out_kernel[(triton.cdiv(L.P, bp), T.ns, L.H)](
         t["q"], t["k"], v, t["rot"], t["cs"], t["gam"], t["scl"], t["qb"], t["kb"], t["psi"], d(t["zeta"]),
-        d(t["phi"]), d(t["D"]), d(t["z"]), d(t["nw"]), d(t["s0"]), out, sfin,
+        d(t["phi"]), d(t["D"]), d(t["z"]), d(t["nw"]), d(t["s0"]), out, sfin, sfin,
         T.seq_table, T.bc_start, T.bc_end, T.max_bc, L.TT, L.H, L.HG, L.G, L.N2, L.A, L.P, L.eps,
         R=L.R, BM=cfg.bm, BK=cfg.bk, BP=bp, HAS_D=t["D"] is not None, HAS_Z=t["z"] is not None, HAS_OUT=has_out,
         NORM=t["norm"], HAS_NW=t["nw"] is not None, HAS_S0=t["s0"] is not None, DOT_PREC=L.dot_prec,
         TOK_PREC=L.fwd_prec, num_warps=cfg.scan_warps, num_stages=cfg.stages)
     return out, sfin
+
+
+def uses_scan_states(L: Launch) -> bool:
+    """Whether the backward recomputes the states entering the state chunks with :func:`scan_states`
+    (``MimoConfig.scan_states``, with the scan forward only)."""
+    return L.cfg.scan_states and uses_scan(L)
+
+
+def scan_states(L: Launch, t):
+    """The state entering each state chunk, (state chunks, H, P, N) fp32, by the states-only walk of
+    ``mimo_scan_out_kernel`` (STATES): what :func:`forward` returns first, without the local chunk states in DRAM."""
+    cfg, T = L.cfg, L.tables
+    sin = torch.empty(T.nbc, L.H, L.P, 2 * L.N2, device=t["v"].device, dtype=torch.float32)
+    bp = scan_block_p(cfg, L.P, norm=False)
+    d = lambda x: t["cs"] if x is None else x  # noqa: E731
+    mimo_scan_out_kernel[(triton.cdiv(L.P, bp), T.ns, L.H)](
+        t["q"], t["k"], t["v"], t["rot"], t["cs"], t["gam"], t["scl"], t["qb"], t["kb"], t["psi"], t["cs"], t["cs"],
+        t["cs"], t["cs"], t["cs"], d(t["s0"]), t["cs"], t["cs"], sin,
+        T.seq_table, T.bc_start, T.bc_end, T.max_bc, L.TT, L.H, L.HG, L.G, L.N2, L.A, L.P, L.eps,
+        R=L.R, BM=cfg.bm, BK=cfg.bk, BP=bp, HAS_D=False, HAS_Z=False, HAS_OUT=False, NORM=False, HAS_NW=False,
+        HAS_S0=t["s0"] is not None, DOT_PREC=L.dot_prec, TOK_PREC=L.fwd_prec, STATES=True,
+        num_warps=cfg.scan_warps, num_stages=cfg.stages)
+    return sin
 
 
 def forward(L: Launch, t):
@@ -351,13 +374,15 @@ def aot_kernel_launches(cfg: MimoConfig, headdim: int, dtype, arch: int, dstate:
                  BWD=bwd, ONE_K=N2 <= cfg.bk, DOT_PREC=prec, TOK_PREC=prec if bwd else fwd_prec, **common_w)))
     if cfg.scan_fwd:  # with the fused RMSNorm where the block holds all of P
         bps = scan_block_p(cfg, P, norm=False)
-        out.append(KernelLaunch(
-            f"mimo_scan_out_kernel[bp{bps}-w{cfg.scan_warps}]-{tag}", mimo_scan_out_kernel,
-            (q, q, v, f, f, f, f, f, f, f, f, f, f, v, f, f, v, f, i32(16), i32(16), i32(16), 64, TT, H, H // G, G, N2,
-             A, P, 1e-5),
-            dict(R=R, BM=cfg.bm, BK=cfg.bk, BP=bps, HAS_D=True, HAS_Z=True, HAS_OUT=True, NORM=bps >= BP,
-                 HAS_NW=bps >= BP, HAS_S0=True, DOT_PREC=prec, TOK_PREC=fwd_prec, num_warps=cfg.scan_warps,
-                 num_stages=cfg.stages)))
+        for states in (False, True) if cfg.scan_states else (False,):
+            out.append(KernelLaunch(
+                f"mimo_scan_out_kernel[bp{bps}-w{cfg.scan_warps}{'-states' if states else ''}]-{tag}",
+                mimo_scan_out_kernel,
+                (q, q, v, f, f, f, f, f, f, f, f, f, f, v, f, f, v, f, f, i32(16), i32(16), i32(16), 64, TT, H, H // G,
+                 G, N2, A, P, 1e-5),
+                dict(R=R, BM=cfg.bm, BK=cfg.bk, BP=bps, HAS_D=not states, HAS_Z=not states, HAS_OUT=not states,
+                     NORM=bps >= BP and not states, HAS_NW=bps >= BP and not states, HAS_S0=True, DOT_PREC=prec,
+                     TOK_PREC=fwd_prec, STATES=states, num_warps=cfg.scan_warps, num_stages=cfg.stages)))
     bwd_w = dict(num_warps=cfg.warps_bwd, num_stages=cfg.stages)
     for is_k in (False, True):
         out.append(KernelLaunch(
