@@ -265,10 +265,10 @@ def scan_states(L: Launch, t):
     cfg, T = L.cfg, L.tables
     sin = torch.empty(T.nbc, L.H, L.P, 2 * L.N2, device=t["v"].device, dtype=torch.float32)
     bp = scan_block_p(cfg, L.P, norm=False)
-    d = lambda x: t["cs"] if x is None else x  # noqa: E731
+    cs = t["cs"]  # stands in for the pointers the states-only walk does not read
     mimo_scan_out_kernel[(triton.cdiv(L.P, bp), T.ns, L.H)](
-        t["q"], t["k"], t["v"], t["rot"], t["cs"], t["gam"], t["scl"], t["qb"], t["kb"], t["psi"], t["cs"], t["cs"],
-        t["cs"], t["cs"], t["cs"], d(t["s0"]), t["cs"], t["cs"], sin,
+        t["q"], t["k"], t["v"], t["rot"], cs, t["gam"], t["scl"], t["qb"], t["kb"], t["psi"], cs, cs, cs, cs, cs,
+        cs if t["s0"] is None else t["s0"], cs, cs, sin,
         T.seq_table, T.bc_start, T.bc_end, T.max_bc, L.TT, L.H, L.HG, L.G, L.N2, L.A, L.P, L.eps,
         R=L.R, BM=cfg.bm, BK=cfg.bk, BP=bp, HAS_D=False, HAS_Z=False, HAS_OUT=False, NORM=False, HAS_NW=False,
         HAS_S0=t["s0"] is not None, DOT_PREC=L.dot_prec, TOK_PREC=L.fwd_prec, STATES=True,
