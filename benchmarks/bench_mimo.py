@@ -122,8 +122,9 @@ def main():
         # with 64-column pair blocks each (tile, head) forms dy·ṽᵀ once instead of once per 32-column block)
         variants += [R(base, bwd_dots16=True, warps_bwd=8, name=f"{base.name}-bwd16-w8"),
                      R(base, bwd_dots16=True, warps_bwd=8, bk_bwd=64, name=f"{base.name}-bwd16-w8-bk64")]
-        # 16-bit backward dots at 4 warps on 64-column pair blocks: no one-warpgroup N = 32 wgmma, the layout every
-        # H200-only 16-bit failure had (docs/performance.md, twenty-fifth session); AOT sm_90 dq/dk spill 1156 / 828 B
+        # 16-bit backward dots at 4 warps on 64-column pair blocks: no one-warpgroup 16-bit wgmma with N != 64, the
+        # layout every H200-only 16-bit failure had (docs/performance.md, twenty-fifth session); AOT sm_90 dq/dk
+        # spill 1156 / 828 B
         variants += [R(base, bwd_dots16=True, bk_bwd=64, name=f"{base.name}-bwd16-bk64")]
         # the scan forward (one walk per sequence, head and P block; the state in registers), forced, and with the
         # backward's states from its states-only walk (scan_states: not timed yet)
