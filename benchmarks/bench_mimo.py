@@ -127,8 +127,11 @@ def main():
         # spill 1156 / 828 B
         variants += [R(base, bwd_dots16=True, bk_bwd=64, name=f"{base.name}-bwd16-bk64")]
         # the scan forward (one walk per sequence, head and P block; the state in registers), forced, and with the
-        # backward's states from its states-only walk (scan_states: not timed yet)
-        variants += [chosen.scan_variant(), R(chosen.scan_variant(), scan_states=True, name=f"{base.name}-scan-states")]
+        # backward's state passes as scans (scan_states, scan_dstates: not timed yet)
+        scan = chosen.scan_variant()
+        variants += [scan, R(scan, scan_states=True, name=f"{base.name}-scan-states"),
+                     R(scan, scan_dstates=True, name=f"{base.name}-scan-dstates"),
+                     R(scan, scan_states=True, scan_dstates=True, name=f"{base.name}-scan-passes")]
         # fp32 inputs (tf32x3 dots): the default tiles spill ≈ 4 KB per thread (AOT sm_90), 32-row tiles ≤ 712 B
         variants = [(v, torch.bfloat16) for v in variants] + [
             (base, torch.float32), (R(base, bm=32, bm_bwd=32, state_tiles=4, name=f"{base.name}-bm32-st4"),

@@ -115,8 +115,9 @@ def _scan_variants():
     from mamba3.ops.mimo.configs import CONFIGS
 
     scans = [cfg.scan_variant() for cfgs in CONFIGS.values() for cfg in cfgs if cfg.scan_fwd is None]
-    # and the scan_states candidate (the backward's states from the scan's states-only walk)
-    return scans + [dataclasses.replace(c, scan_states=True, name=f"{c.name}-states") for c in scans]
+    # and the scan_states + scan_dstates candidates (the backward's state passes as scans)
+    return scans + [dataclasses.replace(c, scan_states=True, scan_dstates=True, name=f"{c.name}-passes")
+                    for c in scans]
 
 
 @pytest.mark.parametrize("cfg", _scan_variants(), ids=lambda c: c.name)
@@ -128,8 +129,8 @@ def _scan_variants():
 ], ids=["norm", "varlen", "perrank"])
 def test_scan_forward(cfg, dtype, case):
     """The scan forward of every configuration the dispatcher may switch to it (``MimoConfig.scan_variant``; forced
-    here, at any grid and dtype), with and without ``scan_states``, at the benchmarks' N = 128 and P = 64, input
-    states and every feature on, against float64."""
+    here, at any grid and dtype), with and without the backward's state passes as scans (``scan_states``,
+    ``scan_dstates``), at the benchmarks' N = 128 and P = 64, input states and every feature on, against float64."""
     _check(dtype, config=cfg, nheads=4, ngroups=2, dstate=128, headdim=64, rank=4, states=True, **case)
 
 

@@ -182,21 +182,27 @@ def test_scan_forward_p_blocks_varlen(with_out, scan_calls):
     assert scan_calls
 
 
+@pytest.mark.parametrize("flags", [dict(scan_states=True), dict(scan_dstates=True),
+                                   dict(scan_states=True, scan_dstates=True)], ids=["states", "dstates", "both"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
-def test_scan_states_backward(dtype, scan_calls, monkeypatch):
-    """``MimoConfig.scan_states``: the backward takes the states entering its state chunks from the scan kernel's
-    states-only walk. Every gradient against float64, with input states, packed sequences of 1, 13 and 3 tokens
-    (the idle iterations of the short ones must not store) and two P blocks (P = 24 in blocks of 16)."""
+def test_scan_state_passes_backward(dtype, flags, scan_calls, monkeypatch):
+    """``MimoConfig.scan_states`` / ``scan_dstates``: the backward takes the states entering its state chunks from the
+    scan kernel's states-only walk, and its reverse pass (dS_end, the input state's gradient, the decays' gradient
+    through the incoming states) from ``mimo_state_scan_bwd_kernel``. Every gradient against float64, with input and
+    final states, packed sequences of 1, 13 and 3 tokens (the idle iterations of the short ones must not store) and
+    two P blocks (P = 24 in blocks of 16: the reverse walk's decay-gradient partials are summed over them)."""
     from mamba3.ops.mimo import launch
     from mamba3.ops.mimo.configs import MimoConfig
 
-    states_calls = []
-    run = launch.scan_states
-    monkeypatch.setattr(launch, "scan_states", lambda *a: states_calls.append(1) or run(*a))
-    cfg = MimoConfig(**SCAN, scan_bp=16, scan_states=True, name="tiny-scan-states")
+    calls = {"scan_states": [], "state_scan_bwd": []}
+    for name, hits in calls.items():
+        monkeypatch.setattr(launch, name, lambda *a, run=getattr(launch, name), hits=hits: hits.append(1) or run(*a))
+    cfg = MimoConfig(**SCAN, scan_bp=16, **flags, name="tiny-scan-passes")
     _check(dtype, config=cfg, bsz=1, seqlen=17, nheads=4, ngroups=2, dstate=16, headdim=24, rank=2, states=True,
            cu_seqlens=[0, 1, 14, 17], rms_norm=dtype == torch.float32)
-    assert scan_calls and states_calls
+    assert scan_calls
+    assert bool(calls["scan_states"]) == flags.get("scan_states", False)
+    assert bool(calls["state_scan_bwd"]) == flags.get("scan_dstates", False)
 
 
 def test_scan_forward_needs_one_tile_per_state_chunk():

@@ -32,9 +32,10 @@ import triton
 import triton.language as tl
 
 from ..common.tiles import fast_exp
+from .fwd import add_local_state
 from .tiles import (bcast_pairs, dot_operand, later_mask, load_rank_p, load_rows_p, load_state_pair, mdot, mdot_split,
-                    pair_weights, qk_pointers, rot_pair, rows_of, token_decays, token_strides, token_tile,
-                    token_weights, vtilde)
+                    pair_weights, qk_pointers, rot_pair, rows_of, store_state_pair, token_decays, token_strides,
+                    token_tile, token_weights, vtilde)
 
 
 @triton.jit(do_not_specialize=["NBC"])
@@ -81,6 +82,53 @@ def mimo_state_bwd_kernel(BUF, SIN, DSFIN, DS0, DCEND, G, SEQ_BC, H, PN, NBC,
         tl.store(DCEND + (pid * H + h) * NBC + bc, decay * tl.sum(ds * s_in, axis=0))
         ds = decay * ds + d
     tl.store(DS0 + fin, ds, mask=m)
+
+
+@triton.jit(do_not_specialize=["TT", "MAX_BC", "NBC"])
+def mimo_state_scan_bwd_kernel(DY, Q, QB, ROT, CS, SIN, DSFIN, DSEND, DS0, DCEND, SEQ_TABLE, BC_START, BC_END,
+                               MAX_BC, NBC, TT, H, HG, G, N2, A, P,
+                               R: tl.constexpr, BM: tl.constexpr, BP: tl.constexpr, BK: tl.constexpr,
+                               HAS_DSFIN: tl.constexpr, DOT_PREC: tl.constexpr):
+    """The reverse state pass with each chunk's local dS formed on the way (``MimoConfig.scan_dstates``): per
+    (P block × N-pair block, sequence, head), state chunks from the last: DSEND[c] ← dS (the gradient at the chunk's
+    end), DCEND[blk, h, c] ← e^{g[c]}·⟨dS, S_in[c]⟩ (this block's part), dS ← e^{g[c]}·dS + Σ_i e^{c_i} dy_i q̃_iᵀ
+    (``add_local_state`` MODE 1, accumulated into dS); DS0[s] ← dS at the sequence's start. What the chunk-state
+    kernel (MODE 1) and ``mimo_state_bwd_kernel`` give, without the local dS in DRAM. Idle iterations (sequences
+    with fewer chunks than MAX_BC) store nothing and leave dS as is."""
+    pid = tl.program_id(0)
+    s = tl.program_id(1)
+    h = tl.program_id(2)
+    g = h // HG
+    nkb = tl.cdiv(N2, BK)
+    p0 = (pid // nkb) * BP
+    k0 = (pid % nkb) * BK
+    PV = P - p0
+    PN = P * (2 * N2)
+    first = tl.load(SEQ_TABLE + 2 * s)
+    nbc = tl.load(SEQ_TABLE + 2 * s + 1)
+    fin = (s * H + h).to(tl.int64) * PN + p0 * (2 * N2)
+    if HAS_DSFIN:
+        d1, d2 = load_state_pair(DSFIN + fin, k0, N2, PV, BP, BK)  # [BP, BK] x2
+    else:
+        d1 = tl.zeros((BP, BK), dtype=tl.float32)
+        d2 = tl.zeros((BP, BK), dtype=tl.float32)
+    sq_t, sq_r, _sv_t, _, srot_t = token_strides(R, G, N2, H, P, A)
+    for j in range(MAX_BC):
+        live = j < nbc
+        bc = tl.where(live, first + nbc - 1 - j, 0)
+        tb = tl.load(BC_START + bc)
+        te = tl.where(live, tl.load(BC_END + bc), tb)
+        pv = tl.where(live, PV, 0)
+        off = (bc * H + h).to(tl.int64) * PN + p0 * (2 * N2)
+        store_state_pair(DSEND + off, d1, d2, k0, N2, pv, BP, BK)
+        s1, s2 = load_state_pair(SIN + off, k0, N2, pv, BP, BK)
+        decay = fast_exp(tl.where(live, tl.load(CS + h * TT + tl.maximum(te - 1, 0)), 0.0))
+        tl.store(DCEND + (pid * H + h).to(tl.int64) * NBC + bc, decay * tl.sum(tl.sum(d1 * s1 + d2 * s2, 1), 0),
+                 mask=live)
+        d1, d2 = add_local_state(d1 * decay, d2 * decay, DY, R * H * P, H * P, CS, Q, sq_t, sq_r, QB, ROT, srot_t,
+                                 CS + h * TT, CS + h * TT, tb, te, 0.0, g, h, p0, k0, N2, A, P, R, BM, BP, BK, 1,
+                                 DOT_PREC)
+    store_state_pair(DS0 + fin, d1, d2, k0, N2, PV, BP, BK)
 
 
 @triton.jit(do_not_specialize=["TT"])

@@ -93,6 +93,10 @@ class MimoConfig:
         same walk without outputs (``mimo_scan_out_kernel`` STATES), in place of the chunk-state kernel (which writes
         every chunk's local ΔS) and the state pass (which reads it and writes the states): at 16-token state chunks
         (B=8, T=4096, H=32, P=64, N=128) 2.1 GB cross DRAM once instead of three times. A candidate, not timed.
+    scan_dstates: with the scan forward, the backward's reverse state pass as one walk per (P block × N-pair block,
+        sequence, head) that forms each chunk's local dS on the way (``mimo_state_scan_bwd_kernel``), in place of the
+        chunk-state kernel (MODE 1: writes every local dS) and ``mimo_state_bwd_kernel`` (reads it and the incoming
+        states, writes dS_end): 2.1 GB of the four crossings at B=8, T=4096 fewer. A candidate, not timed.
     """
 
     bm: int = 64
@@ -111,6 +115,7 @@ class MimoConfig:
     scan_bp: int = 0
     scan_warps: int = 8
     scan_states: bool = False
+    scan_dstates: bool = False
     name: str = "default"
 
     def __post_init__(self):
@@ -273,7 +278,7 @@ def aot_launches(arch: int):
     The state-passing and angle kernels use no dots (shared memory only for reduction / scan scratch) and are
     listed once (the angle kernels at A = 32 and A = 128, their two block shapes' extremes). A configuration
     whose scan forward the launcher may pick (``scan_fwd`` None) adds that kernel for 16-bit inputs (the only ones
-    ``for_grid`` picks it for), and its states-only walk (the ``scan_states`` candidate's).
+    ``for_grid`` picks it for), and the ``scan_states`` / ``scan_dstates`` candidates' kernels.
     """
     from mamba3.dispatch import arch_spec
 
@@ -292,9 +297,10 @@ def aot_launches(arch: int):
         if cfg.bk >= 64 or cfg.bk_bwd >= 64:  # the N/2 > BK loops at N = 256
             launches += aot_kernel_launches(cfg, headdim=p, dtype=torch.bfloat16, arch=arch, dstate=256,
                                             kernels=("mimo_out", "mimo_bwd_dv"))
-        if cfg.scan_fwd is None:  # with the states-only walk of the scan_states candidate
-            launches += aot_kernel_launches(replace(cfg.scan_variant(), scan_states=True), headdim=p,
-                                            dtype=torch.bfloat16, arch=arch, kernels=("mimo_scan_out",))
+        if cfg.scan_fwd is None:  # with the scan_states / scan_dstates candidates' kernels
+            launches += aot_kernel_launches(replace(cfg.scan_variant(), scan_states=True, scan_dstates=True),
+                                            headdim=p, dtype=torch.bfloat16, arch=arch,
+                                            kernels=("mimo_scan_out", "mimo_state_scan_bwd"))
         if i == 0:
             launches += aot_kernel_launches(cfg, headdim=p, dtype=torch.float32, arch=arch,
                                             kernels=("mimo_state", "mimo_angle"))

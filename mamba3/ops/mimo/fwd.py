@@ -79,18 +79,41 @@ def store_out(o, OUTp, PHIp, sv_t, tok0, ntok, ti, r, valid, P, PV, R: tl.conste
         tl.store(OUTp + off, o.to(OUTp.dtype.element_ty), mask=valid[:, None] & pm[None, :])
 
 
+@triton.jit
+def add_local_state(acc1, acc2, X, sx_t, sx_r, PSI, Y, sy_t, sy_r, BIAS, ROT, srot_t, CSh, SCLh, tb, te, c_end, g, h,
+                    p0, k0, N2, A, P, R: tl.constexpr, BM: tl.constexpr, BP: tl.constexpr, BK: tl.constexpr,
+                    MODE: tl.constexpr, DOT_PREC: tl.constexpr):
+    """(acc1, acc2) + Σ_{rows i of tokens [tb, te)} w_i·x_i y_iᵀ at P block p0 and N-pair block k0, as two [BP, BK]
+    pair halves (CSh / SCLh at the head's rows of c and scale; c_end the chunk's last c, read in MODE 0 only).
+
+    MODE 0: x = v ⊙ ψ_r (X = v, sx_r = 0), y = k̃, w = e^{c_end − c_i}·scale_i.
+    MODE 1: x = dy (per-rank), y = q̃, w = e^{c_i}."""
+    CT: tl.constexpr = BM // R
+    for t0 in range(tb, te, CT):
+        t, r, valid = rows_of(te - t0, R, BM)
+        tok = t0 + t
+        c = tl.load(CSh + tok, mask=valid, other=0.0)
+        y1, y2, _c, _s = rot_pair(Y + g * 2 * N2, sy_t, sy_r, BIAS + h * R * 2 * N2, ROT + h * 2 * A, srot_t,
+                                  t0, te - t0, k0, N2, A, R, BM, BK)  # [BM, BK] x2
+        if MODE == 0:
+            x = vtilde(X + h * P + p0, sx_t, PSI + h * R * P + p0, P, t0, te - t0, P - p0, R, BM, BP)  # [BM, BP]
+            w = fast_exp(c_end - c) * tl.load(SCLh + tok, mask=valid, other=0.0)
+        else:
+            x = load_rows_p(X + h * P + p0, sx_t, sx_r, tok, r, valid, P - p0, BP)  # [BM, BP]
+            w = fast_exp(c)
+        xw = tl.trans(x * w[:, None])  # [BP, BM]
+        acc1 = mdot(xw, y1, acc1, DOT_PREC)
+        acc2 = mdot(xw, y2, acc2, DOT_PREC)
+    return acc1, acc2
+
+
 @triton.jit(do_not_specialize=["TT"])
 def mimo_chunk_state_kernel(X, sx_t, sx_r, PSI, Y, sy_t, sy_r, BIAS, ROT, srot_t, CS, SCL, OUT,
                             BC_START, BC_END, TT, H, HG, G, N2, A, P,
                             R: tl.constexpr, BM: tl.constexpr, BP: tl.constexpr, BK: tl.constexpr,
                             MODE: tl.constexpr, DOT_PREC: tl.constexpr):
-    """OUT[c, h] (P, N) = Σ_{rows i of chunk c} w_i·x_i y_iᵀ.
-
-    MODE 0: x = v ⊙ ψ_r (X = v, sx_r = 0), y = k̃, w = e^{c_end − c_i}·scale_i.
-    MODE 1: x = dy (per-rank), y = q̃, w = e^{c_i}.
-    grid: (P blocks × N-pair blocks, state chunks, H).
-    """
-    CT: tl.constexpr = BM // R
+    """OUT[c, h] (P, N) = Σ_{rows i of chunk c} w_i·x_i y_iᵀ (``add_local_state``'s MODE 0 / 1).
+    grid: (P blocks × N-pair blocks, state chunks, H)."""
     pid = tl.program_id(0)
     bc = tl.program_id(1)
     h = tl.program_id(2)
@@ -103,21 +126,8 @@ def mimo_chunk_state_kernel(X, sx_t, sx_r, PSI, Y, sy_t, sy_r, BIAS, ROT, srot_t
     c_end = tl.load(CS + h * TT + te - 1)
     acc1 = tl.zeros((BP, BK), dtype=tl.float32)  # [BP, BK]
     acc2 = tl.zeros((BP, BK), dtype=tl.float32)  # [BP, BK]
-    for t0 in range(tb, te, CT):
-        t, r, valid = rows_of(te - t0, R, BM)
-        tok = t0 + t
-        c = tl.load(CS + h * TT + tok, mask=valid, other=0.0)
-        y1, y2, _c, _s = rot_pair(Y + g * 2 * N2, sy_t, sy_r, BIAS + h * R * 2 * N2, ROT + h * 2 * A, srot_t,
-                                  t0, te - t0, k0, N2, A, R, BM, BK)  # [BM, BK] x2
-        if MODE == 0:
-            x = vtilde(X + h * P + p0, sx_t, PSI + h * R * P + p0, P, t0, te - t0, P - p0, R, BM, BP)  # [BM, BP]
-            w = fast_exp(c_end - c) * tl.load(SCL + h * TT + tok, mask=valid, other=0.0)
-        else:
-            x = load_rows_p(X + h * P + p0, sx_t, sx_r, tok, r, valid, P - p0, BP)  # [BM, BP]
-            w = fast_exp(c)
-        xw = tl.trans(x * w[:, None])  # [BP, BM]
-        acc1 = mdot(xw, y1, acc1, DOT_PREC)
-        acc2 = mdot(xw, y2, acc2, DOT_PREC)
+    acc1, acc2 = add_local_state(acc1, acc2, X, sx_t, sx_r, PSI, Y, sy_t, sy_r, BIAS, ROT, srot_t, CS + h * TT,
+                                 SCL + h * TT, tb, te, c_end, g, h, p0, k0, N2, A, P, R, BM, BP, BK, MODE, DOT_PREC)
     store_state_pair(OUT + ((bc * H + h).to(tl.int64) * P + p0) * (2 * N2), acc1, acc2, k0, N2, P - p0, BP, BK)
 
 

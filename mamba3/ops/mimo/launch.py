@@ -8,7 +8,7 @@ import torch
 import triton
 
 from ..common.state_passing import state_passing
-from .bwd import mimo_bwd_dqk_kernel, mimo_bwd_dv_kernel, mimo_state_bwd_kernel
+from .bwd import mimo_bwd_dqk_kernel, mimo_bwd_dv_kernel, mimo_state_bwd_kernel, mimo_state_scan_bwd_kernel
 from .configs import MimoConfig, block_p, scan_block_p
 from .fwd import mimo_chunk_state_kernel, mimo_out_kernel, mimo_scan_out_kernel
 
@@ -283,15 +283,42 @@ def forward(L: Launch, t):
     return buf, sfin
 
 
+def uses_scan_dstates(L: Launch) -> bool:
+    """Whether the backward's reverse state pass is :func:`state_scan_bwd` (``MimoConfig.scan_dstates``, with the
+    scan forward only)."""
+    return L.cfg.scan_dstates and uses_scan(L)
+
+
+def state_scan_bwd(L: Launch, t, dy, sin, dsfin):
+    """(dS_end per state chunk, the input state's gradient, per state chunk the gradient of its total log-decay
+    through the incoming state) by ``mimo_state_scan_bwd_kernel``: what :func:`chunk_states` (mode 1) and
+    :func:`state_pass_bwd` give."""
+    cfg, T = L.cfg, L.tables
+    dev = dy.device
+    bps = min(cfg.bp_state, L.BP)
+    nblk = triton.cdiv(L.P, bps) * triton.cdiv(L.N2, cfg.bk)
+    dsend = torch.empty(T.nbc, L.H, L.P, 2 * L.N2, device=dev, dtype=torch.float32)
+    ds0 = torch.empty(T.ns, L.H, L.P, 2 * L.N2, device=dev, dtype=torch.float32)
+    dcend = torch.empty(nblk, L.H, T.nbc, device=dev, dtype=torch.float32)
+    mimo_state_scan_bwd_kernel[(nblk, T.ns, L.H)](
+        dy, t["q"], t["qb"], t["rot"], t["cs"], sin, dsfin if dsfin is not None else sin, dsend, ds0, dcend,
+        T.seq_table, T.bc_start, T.bc_end, T.max_bc, T.nbc, L.TT, L.H, L.HG, L.G, L.N2, L.A, L.P,
+        R=L.R, BM=cfg.bm, BP=bps, BK=cfg.bk, HAS_DSFIN=dsfin is not None, DOT_PREC=L.dot_prec,
+        num_warps=cfg.state_warps, num_stages=cfg.stages)
+    return dsend, ds0, dcend.sum(0)
+
+
 def backward(L: Launch, t, sin, dout, dsfin):
     """All kernel-side gradients. Returns a dict."""
     cfg, T = L.cfg, L.tables
     dev = t["v"].device
     f32 = torch.float32
     dy, dz, dphip, dzetap, dnwp = out_pass(L, t, sin, bwd=True, dout=dout)
-    dsl = chunk_states(L, 1, dy, t["q"], t["qb"], t["rot"], t["cs"], t["scl"], t["psi"])
-    ds0, dcend = state_pass_bwd(L, dsl, sin, dsfin, t["decay"])
-    dsend = dsl
+    if uses_scan_dstates(L):
+        dsend, ds0, dcend = state_scan_bwd(L, t, dy, sin, dsfin)
+    else:
+        dsend = chunk_states(L, 1, dy, t["q"], t["qb"], t["rot"], t["cs"], t["scl"], t["psi"])
+        ds0, dcend = state_pass_bwd(L, dsend, sin, dsfin, t["decay"])  # in place: local dS → dS_end
     nkb = triton.cdiv(L.N2, cfg.bk_bwd)
     TB = L.tables_bwd
     dq = torch.empty_like(t["q"])
@@ -383,6 +410,13 @@ def aot_kernel_launches(cfg: MimoConfig, headdim: int, dtype, arch: int, dstate:
                 dict(R=R, BM=cfg.bm, BK=cfg.bk, BP=bps, HAS_D=not states, HAS_Z=not states, HAS_OUT=not states,
                      NORM=bps >= BP and not states, HAS_NW=bps >= BP and not states, HAS_S0=True, DOT_PREC=prec,
                      TOK_PREC=fwd_prec, STATES=states, num_warps=cfg.scan_warps, num_stages=cfg.stages)))
+    if cfg.scan_dstates:
+        bps = min(cfg.bp_state, BP)
+        out.append(KernelLaunch(
+            f"mimo_state_scan_bwd_kernel-{tag}", mimo_state_scan_bwd_kernel,
+            (f, q, f, f, f, f, f, f, f, f, i32(16), i32(16), i32(16), 64, NBC, TT, H, H // G, G, N2, A, P),
+            dict(R=R, BM=cfg.bm, BP=bps, BK=cfg.bk, HAS_DSFIN=True, DOT_PREC=prec, num_warps=cfg.state_warps,
+                 num_stages=cfg.stages)))
     bwd_w = dict(num_warps=cfg.warps_bwd, num_stages=cfg.stages)
     for is_k in (False, True):
         out.append(KernelLaunch(
