@@ -34,8 +34,8 @@ import triton.language as tl
 from ..common.tiles import fast_exp
 from .fwd import add_local_state
 from .tiles import (bcast_pairs, dot_operand, later_mask, load_rank_p, load_rows_p, load_state_pair, mdot, mdot_split,
-                    pair_weights, qk_pointers, rot_pair, rows_of, store_state_pair, token_decays, token_strides,
-                    token_tile, token_weights, vtilde)
+                    pair_weights, qk_pointers, rot_pair, rows_of, state_block_ids, store_state_pair, token_decays,
+                    token_strides, token_tile, token_weights, vtilde)
 
 
 @triton.jit(do_not_specialize=["NBC"])
@@ -95,13 +95,7 @@ def mimo_state_scan_bwd_kernel(DY, Q, QB, ROT, CS, SIN, DSFIN, DSEND, DS0, DCEND
     (``add_local_state`` MODE 1, accumulated into dS); DS0[s] ← dS at the sequence's start. What the chunk-state
     kernel (MODE 1) and ``mimo_state_bwd_kernel`` give, without the local dS in DRAM. Idle iterations (sequences
     with fewer chunks than MAX_BC) store nothing and leave dS as is."""
-    pid = tl.program_id(0)
-    s = tl.program_id(1)
-    h = tl.program_id(2)
-    g = h // HG
-    nkb = tl.cdiv(N2, BK)
-    p0 = (pid // nkb) * BP
-    k0 = (pid % nkb) * BK
+    pid, s, h, g, p0, k0 = state_block_ids(HG, N2, BP, BK)
     PV = P - p0
     PN = P * (2 * N2)
     first = tl.load(SEQ_TABLE + 2 * s)

@@ -23,7 +23,8 @@ import triton.language as tl
 
 from ..common.tiles import fast_exp, fast_sigmoid
 from .tiles import (dot_operand, load_rank_p, load_rows_p, load_state_pair, load_tok_rows, mdot, pair_weights,
-                    qk_pointers, rot_pair, rows_of, store_state_pair, token_strides, token_tile, vtilde)
+                    qk_pointers, rot_pair, rows_of, state_block_ids, store_state_pair, token_strides, token_tile,
+                    vtilde)
 
 
 @triton.jit
@@ -114,13 +115,7 @@ def mimo_chunk_state_kernel(X, sx_t, sx_r, PSI, Y, sy_t, sy_r, BIAS, ROT, srot_t
                             MODE: tl.constexpr, DOT_PREC: tl.constexpr):
     """OUT[c, h] (P, N) = Σ_{rows i of chunk c} w_i·x_i y_iᵀ (``add_local_state``'s MODE 0 / 1).
     grid: (P blocks × N-pair blocks, state chunks, H)."""
-    pid = tl.program_id(0)
-    bc = tl.program_id(1)
-    h = tl.program_id(2)
-    g = h // HG
-    nkb = tl.cdiv(N2, BK)
-    p0 = (pid // nkb) * BP
-    k0 = (pid % nkb) * BK
+    _blk, bc, h, g, p0, k0 = state_block_ids(HG, N2, BP, BK)
     tb = tl.load(BC_START + bc)
     te = tl.load(BC_END + bc)
     c_end = tl.load(CS + h * TT + te - 1)

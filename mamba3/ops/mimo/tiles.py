@@ -186,6 +186,16 @@ def load_state_pair(S, k0, N2, P, BP: tl.constexpr, BK: tl.constexpr):
 
 
 @triton.jit
+def state_block_ids(HG, N2, BP: tl.constexpr, BK: tl.constexpr):
+    """(block, axis-1 id, head, group, first P column, first N pair) of a program on a (P blocks × N-pair blocks,
+    ·, H) grid, N-pair blocks fastest."""
+    pid = tl.program_id(0)
+    h = tl.program_id(2)
+    nkb = tl.cdiv(N2, BK)
+    return pid, tl.program_id(1), h, h // HG, (pid // nkb) * BP, (pid % nkb) * BK
+
+
+@triton.jit
 def store_state_pair(S, s1, s2, k0, N2, P, BP: tl.constexpr, BK: tl.constexpr):
     """Stores the two [BP, BK] halves s1, s2 of a (P, N) fp32 state at pair block k0 (``load_state_pair``'s
     layout)."""
