@@ -96,7 +96,7 @@ class MimoConfig:
     scan_dstates: with the scan forward, the backward's reverse state pass as one walk per (P block × N-pair block,
         sequence, head) that forms each chunk's local dS on the way (``mimo_state_scan_bwd_kernel``), in place of the
         chunk-state kernel (MODE 1: writes every local dS) and ``mimo_state_bwd_kernel`` (reads it and the incoming
-        states, writes dS_end): 2.1 GB of the four crossings at B=8, T=4096 fewer. A candidate, not timed.
+        states, writes dS_end): two of its four 2.1 GB crossings at B=8, T=4096 fewer. A candidate, not timed.
     """
 
     bm: int = 64
