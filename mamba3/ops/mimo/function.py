@@ -79,9 +79,12 @@ class _MimoCore(torch.autograd.Function):
     def backward(ctx, dout, dsfin):
         L = ctx.L
         q, k, v, theta, cs, gam, scl, qb, kb, psi, zeta, phi, D, z, nw, s0 = ctx.saved_tensors
-        t = _pass_tensors(L, ctx.flags["norm"], q, k, v, theta, cs, gam, scl, qb, kb, psi, zeta, phi, D, z, nw, s0)
+        scan_states, scan_dstates = _launch.uses_scan_states(L), _launch.uses_scan_dstates(L)
+        # the state chunks' decays are read by the chunked state passes only
+        t = _pass_tensors(L, ctx.flags["norm"], q, k, v, theta, cs, gam, scl, qb, kb, psi, zeta, phi, D, z, nw, s0,
+                          chunked=not (scan_states and scan_dstates))
         # recompute the incoming states (not kept between passes)
-        sin = _launch.scan_states(L, t) if _launch.uses_scan_states(L) else _launch.forward(L, t)[0]
+        sin = _launch.scan_states(L, t) if scan_states else _launch.forward(L, t)[0]
         g = _launch.backward(L, t, sin, dout.contiguous(), None if dsfin is None else dsfin.contiguous())
         return (None, None, g["q"], g["k"], g["v"], g["theta"], g["cs"], g["gam"], g["scl"],
                 g["qb"].to(qb.dtype), g["kb"].to(kb.dtype), g["psi"].to(psi.dtype),
