@@ -114,24 +114,18 @@ def main():
                      R(base, warps_bwd=8, name=f"{base.name}-bwd8"),
                      R(base, bm_bwd=32, name=f"{base.name}-bwd32"),
                      R(base, fwd_dots16=False, name=f"{base.name}-tf32fwd"),
-                     R(base, bwd_dots16=True, name=f"{base.name}-bwd16"),
-                     # 16-bit backward dots at 32-row backward tiles: right on the H200 (fifteenth session's GPU tests),
-                     # where the 64-row dq kernel was wrong; not timed yet
-                     R(base, bm_bwd=32, bwd_dots16=True, name=f"{base.name}-bwd32-bwd16")]
-        # 16-bit backward dots free registers (AOT sm_90, P=64: with 8 warps the dq/dk kernels spill 16/36 B, and
-        # with 64-column pair blocks each (tile, head) forms dy·ṽᵀ once instead of once per 32-column block)
-        variants += [R(base, bwd_dots16=True, warps_bwd=8, name=f"{base.name}-bwd16-w8"),
-                     R(base, bwd_dots16=True, warps_bwd=8, bk_bwd=64, name=f"{base.name}-bwd16-w8-bk64")]
-        # 16-bit backward dots at 4 warps on 64-column pair blocks: no one-warpgroup 16-bit wgmma with N != 64, the
-        # layout every H200-only 16-bit failure had (docs/performance.md, twenty-fifth session); AOT sm_90 dq/dk
-        # spill 1156 / 828 B
-        variants += [R(base, bwd_dots16=True, bk_bwd=64, name=f"{base.name}-bwd16-bk64")]
-        # the scan forward (one walk per sequence, head and P block; the state in registers), forced, and with the
-        # backward's state passes as scans (scan_states, scan_dstates: not timed yet)
+                     # the backward's dots tf32 (the default before the twenty-sixth session)
+                     R(base, bwd_dots16=False, name=f"{base.name}-tf32bwd"),
+                     # 16-bit backward dots at 32-row backward tiles and 32-column pair blocks: right on the H200
+                     # (fifteenth session's GPU tests), where the 64-row dq kernel was wrong
+                     R(base, bm_bwd=32, bk_bwd16=0, name=f"{base.name}-bwd32-bk32")]
+        # the scan forward (one walk per sequence, head and P block; the state in registers), forced, with the
+        # backward's state passes as scans (scan_variant: scan_states and scan_dstates), one of them, or neither
         scan = chosen.scan_variant()
-        variants += [scan, R(scan, scan_states=True, name=f"{base.name}-scan-states"),
-                     R(scan, scan_dstates=True, name=f"{base.name}-scan-dstates"),
-                     R(scan, scan_states=True, scan_dstates=True, name=f"{base.name}-scan-passes")]
+        variants += [scan, R(scan, scan_dstates=False, name=f"{scan.name}-states"),
+                     R(scan, scan_states=False, name=f"{scan.name}-dstates"),
+                     R(scan, scan_states=False, scan_dstates=False, name=f"{scan.name}-chunked-passes"),
+                     R(scan, bwd_dots16=False, name=f"{scan.name}-tf32bwd")]
         # fp32 inputs (tf32x3 dots): the default tiles spill ≈ 4 KB per thread (AOT sm_90), 32-row tiles ≤ 712 B
         variants = [(v, torch.bfloat16) for v in variants] + [
             (base, torch.float32), (R(base, bm=32, bm_bwd=32, state_tiles=4, name=f"{base.name}-bm32-st4"),

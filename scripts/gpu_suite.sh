@@ -81,11 +81,10 @@ if has bench; then
     pack
   done
 fi
-if has sweeps; then  # defaults: the MIMO scan forward (MimoConfig.scan_fwd, forced) with and without the backward's
-  # state passes as scans (-scan-states, -scan-dstates, -scan-passes) against the chunked forward (-st2), and the
-  # 16-bit backward dots on 64-column pair blocks (-bwd16-bk64, twenty-fifth session's lead); the default SISO tiles
-  # alone at B8 re-time the README's row
-  SWEEP_MIMO=${SWEEP_MIMO-scan,st2,bwd16-bk64}
+if has sweeps; then  # defaults: the MIMO scan forward (MimoConfig.scan_variant, forced) against the chunked forward
+  # (-st2), each also with the backward's dots tf32 (-tf32bwd: the default before the twenty-sixth session); the
+  # default SISO tiles alone at B8 re-time the README's row
+  SWEEP_MIMO=${SWEEP_MIMO-scan/,st2/,tf32bwd/}
   SWEEP_SISO=${SWEEP_SISO-bf16-joined-c64-w4/8}
   if [ -n "$SWEEP_MIMO" ]; then
     timeout 400 python3 benchmarks/bench_mimo.py --shapes none --sweep --only="$SWEEP_MIMO" --out "$OUT/mimo_sweep.json" \

@@ -100,6 +100,7 @@ def test_mimo_scan_forward_only_on_filling_grids():
     grid = dict(programs=256, sm_count=132, rank=4, dstate=128, sixteen_bit=True, equal_lengths=True)
     scan = for_grid(base, **grid)
     assert scan.scan_fwd is True and scan.state_tiles == 1 and scan.scan_bp == 64 and scan.scan_warps == 8
+    assert scan.scan_states and scan.scan_dstates                            # the backward's state passes too
     assert for_grid(base, **dict(grid, programs=128)).scan_fwd is True       # one wave, 0.97 full
     for other in (dict(programs=200),                                        # second wave 0.52 full
                   dict(programs=64),                                         # half the SMs idle
@@ -113,3 +114,25 @@ def test_mimo_scan_forward_only_on_filling_grids():
     off = MimoConfig(scan_fwd=False)
     assert for_grid(off, **grid) is off
     assert all(cfg.scan_fwd is False for p, cfgs in CONFIGS.items() if p != 64 for cfg in cfgs)
+
+
+def test_mimo_backward_tiles_follow_the_dtype():
+    """``MimoConfig.bk_bwd16``: 16-bit inputs run the backward's 16-bit dots on 64-column N-pair blocks (P = 64's
+    configuration on every architecture); fp32 inputs keep 32-column blocks (at 64 they spill 2-31 KB per thread),
+    and so do 16-bit inputs where the backward's dots are tf32."""
+    import dataclasses
+
+    import torch
+
+    from mamba3.dispatch import CI_ARCHS, arch_spec
+    from mamba3.ops.mimo.configs import MimoConfig, MimoProblem, choose_config, smem_estimates
+
+    for arch in CI_ARCHS:
+        cfg = choose_config(arch_spec(arch), MimoProblem(128, 64, 4))
+        assert cfg.bk_bwd == 32 and cfg.bwd_dots16 and cfg.bk_bwd16 == 64, arch
+        assert cfg.for_dtype(torch.float32) is cfg
+        assert cfg.for_dtype(torch.bfloat16).bk_bwd == cfg.for_dtype(torch.float16).bk_bwd == 64
+        assert "mimo_bwd_dv_kernel[16-bit]" in smem_estimates(cfg, 64)
+    tf32 = dataclasses.replace(cfg, bwd_dots16=False)
+    assert tf32.for_dtype(torch.bfloat16) is tf32 and "mimo_bwd_dv_kernel[16-bit]" not in smem_estimates(tf32, 64)
+    assert MimoConfig(bwd_dots16=True).for_dtype(torch.bfloat16).bk_bwd == 32  # bk_bwd16 unset: bk_bwd

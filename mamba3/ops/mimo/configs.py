@@ -68,9 +68,17 @@ class MimoConfig:
         N = 16 / 32 / 64 at T=19, 4 seeds each: at most 5.6e-3 (d_trap; tf32: 6.9e-3, d_D). Kept tf32: Σ dy q̃ᵀ (16-bit
         operands there took the input-state gradients from ≤ 3.4e-3 to 9.1e-3), the epilogue's recompute of y
         (with the forward's 16-bit scores d_q_bias went from ≤ 2.5e-3 to 8.9e-3 at N=16), and dy itself (fp32:
-        a bf16 dy took d_D from ≤ 2.6e-3 to 5.6e-3). Off: on the H200 the 64-row, 4-warp configurations (P = 32, 64)
-        return a wrong dq with it (d_q 0.8-1.3 relative; suspected Triton 3.6 miscompile, the interpreter runs them
-        right); P = 16 and 128 pass. Not timed.
+        a bf16 dy took d_D from ≤ 2.6e-3 to 5.6e-3). On the H200 the 64-row, 4-warp configurations (P = 32, 64)
+        return a wrong dq with it on 32-column N-pair blocks (d_q 0.8-1.3 relative; suspected Triton 3.6 miscompile,
+        the interpreter runs them right); on 64-column blocks (``bk_bwd16``) P = 64 is right and P = 32 returns a wrong
+        dv instead (d_v 75 relative); P = 16 and 128 pass.
+        On for P = 64 (with ``bk_bwd16`` = 64): H200, bf16, B=8, T=4096, forward+backward 35.65 → 33.64 ms with the
+        chunked forward, 32.51 → 30.85 with the scan forward (twenty-sixth session).
+    bk_bwd16: half-columns per N-pair block of the dq, dk and dv kernels where ``bwd_dots16`` applies (16-bit
+        inputs; 0: ``bk_bwd``). At 64 each (tile, head) forms dy·ṽᵀ once instead of once per 32-column block, at
+        more spills (AOT, bf16, P = 64, 4 warps, dq / dk / dv: 1156 / 828 / 108 B on sm_90 and 1200 / 708 / 140 B on
+        sm_86, against 132 / 156 / 168 and 128 / 52 / 100 B with tf32 dots at 32; shared memory ≤ 25.6 KB). fp32
+        inputs keep ``bk_bwd`` (at 64 they spill 2-31 KB per thread). :meth:`for_dtype` resolves it.
     scan_fwd: the forward (not the backward's recompute) as one walk per (sequence, head, P block) over its state
         chunks, the state held in registers (``mimo_scan_out_kernel``), in place of the chunk-state, state-passing
         and output kernels, between which the fp32 state of every state chunk crosses DRAM four or five times
@@ -92,11 +100,14 @@ class MimoConfig:
     scan_states: with the scan forward, the backward's recompute of the state entering each state chunk as the
         same walk without outputs (``mimo_scan_out_kernel`` STATES), in place of the chunk-state kernel (which writes
         every chunk's local ΔS) and the state pass (which reads it and writes the states): at 16-token state chunks
-        (B=8, T=4096, H=32, P=64, N=128) 2.1 GB cross DRAM once instead of three times. A candidate, not timed.
+        (B=8, T=4096, H=32, P=64, N=128) 2.1 GB cross DRAM once instead of three times.
     scan_dstates: with the scan forward, the backward's reverse state pass as one walk per (P block × N-pair block,
         sequence, head) that forms each chunk's local dS on the way (``mimo_state_scan_bwd_kernel``), in place of the
         chunk-state kernel (MODE 1: writes every local dS) and ``mimo_state_bwd_kernel`` (reads it and the incoming
-        states, writes dS_end): two of its four 2.1 GB crossings at B=8, T=4096 fewer. A candidate, not timed.
+        states, writes dS_end): two of its four 2.1 GB crossings at B=8, T=4096 fewer.
+        Both are on in :meth:`scan_variant`. H200, bf16, N = 128, P = 64, R = 4, 16-token chunks (twenty-sixth
+        session), forward+backward ms with the scan forward: B8 T4096 neither 34.02, scan_states 33.43, scan_dstates
+        32.84, both 32.24; B4 T8192 34.15, 33.48, 34.28, 33.60 (``benchmarks/results/mimo_scan_sweep_h200.md``).
     """
 
     bm: int = 64
@@ -111,6 +122,7 @@ class MimoConfig:
     stages: int = 1
     fwd_dots16: bool = True
     bwd_dots16: bool = False
+    bk_bwd16: int = 0
     scan_fwd: bool | None = False
     scan_bp: int = 0
     scan_warps: int = 8
@@ -124,9 +136,18 @@ class MimoConfig:
                              f"chunk), got {self.state_tiles}")
 
     def scan_variant(self) -> "MimoConfig":
-        """This configuration with the scan forward (and one token tile per state chunk, for the backward too:
-        the same speed there, H200 B8 T4096 backward 28.7 ms at 1 tile against 29.2 at 2)."""
-        return replace(self, scan_fwd=True, state_tiles=1, name=f"{self.name}-scan")
+        """This configuration with the scan forward and the backward's two state passes as scans (``scan_states``,
+        ``scan_dstates``), one token tile per state chunk (for the backward's other kernels too: the same speed
+        there, H200 B8 T4096 backward 28.7 ms at 1 tile against 29.2 at 2)."""
+        return replace(self, scan_fwd=True, state_tiles=1, scan_states=True, scan_dstates=True,
+                       name=f"{self.name}-scan")
+
+    def for_dtype(self, dtype: torch.dtype) -> "MimoConfig":
+        """The tiles the kernels run for inputs of ``dtype``: the backward's N-pair blocks ``bk_bwd16`` wide where
+        its 16-bit dots apply."""
+        if dtype != torch.float32 and self.bwd_dots16 and self.bk_bwd16:
+            return replace(self, bk_bwd=self.bk_bwd16)
+        return self
 
     def for_chunk(self, rank: int, chunk_size: int | None) -> "MimoConfig":
         """The tile for this rank, capped by the caller's chunk_size (tokens): at least 16 rows (tl.dot's
@@ -154,8 +175,10 @@ CONFIGS = {
     32: (MimoConfig(warps=4, state_warps=4, warps_bwd=4, fwd_dots16=False, name="bm64-w4-tf32"),),
     # P = 64 at 4 warps (two 4-warp CTAs per SM instead of one 8-warp CTA; 255 registers, ≤ 172 B spills on
     # sm_90): H200, bf16, B=8, T=4096: forward / forward+backward 9.22 / 56.6 ms at 8 warps, 6.08 / 35.0 ms.
-    # The forward as the scan (``scan_fwd``) where the grid fills the GPU (``for_grid``).
-    64: (MimoConfig(warps=4, state_warps=4, warps_bwd=4, scan_fwd=None, scan_bp=64, scan_warps=8, name="bm64-w4"),
+    # The forward as the scan (``scan_fwd``) where the grid fills the GPU (``for_grid``); for 16-bit inputs the
+    # backward's dots on 16-bit operands over 64-column N-pair blocks (``bwd_dots16``, ``bk_bwd16``).
+    64: (MimoConfig(warps=4, state_warps=4, warps_bwd=4, bwd_dots16=True, bk_bwd16=64, scan_fwd=None, scan_bp=64,
+                    scan_warps=8, name="bm64-w4"),
          MimoConfig(bm_bwd=32, warps_bwd=4, name="bm64-bwd32")),
     # P = 128 at 64 rows: with 16-bit forward dots the output kernel returned wrong values on the H200 (Triton 3.6:
     # output error 0.21 against float64, bf16, N = 64; every gradient right; the interpreter runs it exactly), so
@@ -217,19 +240,30 @@ def for_grid(cfg: MimoConfig, *, programs: int, sm_count: int | None, rank: int,
 def smem_estimates(cfg: MimoConfig, headdim: int) -> dict[str, int]:
     """Upper bounds (bytes) of each tile kernel's shared memory: every fp32 dot operand of the kernel counted
     once, without the reuse Triton's allocator does (measured values are 40–70 % of these; the AOT lane
-    checks the real ones)."""
-    bm, bb, bk, bkb, bp = cfg.bm, cfg.bm_bwd, cfg.bk, cfg.bk_bwd, block_p(headdim)
+    checks the real ones). Where 16-bit inputs run the backward on other tiles (``bk_bwd16``), its kernels are
+    counted for them too, at 2 bytes per operand (``[16-bit]``)."""
+    bm, bk, bp = cfg.bm, cfg.bk, block_p(headdim)
     bps = min(cfg.bp_state, bp)
-    return {
+    est = {
         # scores [BM,BK]·[BK,BM], value [BM,BM]·[BM,BP], state [BM,BK]·[BK,BP]
         "mimo_out_kernel": 4 * (2 * bm * bk + bm * bm + bm * bp + bm * bk + bk * bp),
         # [BP,BM]·[BM,BK]
         "mimo_chunk_state_kernel": 4 * (bps * bm + bm * bk),
-        # dP [BB,BP]·[BP,BB], state [BB,BP]·[BP,BK], (W∘dP) [BB,BB]·[BB,BK]
-        "mimo_bwd_dqk_kernel": 4 * (2 * bb * bp + bp * bb + bp * bkb + bb * bb + bb * bkb),
-        # state [BB,BK]·[BK,BP], scores [BB,BK]·[BK,BB], dP [BB,BP]·[BP,BB], value [BB,BB]·[BB,BP]
-        "mimo_bwd_dv_kernel": 4 * (bb * bkb + bkb * bp + 2 * bb * bkb + 2 * bb * bp + bb * bb + bb * bp),
+        **_bwd_operands(cfg.bm_bwd, cfg.bk_bwd, bp, 4, ""),
         "mimo_state_bwd_kernel": 1024,
+    }
+    cfg16 = cfg.for_dtype(torch.bfloat16)
+    if cfg16.bk_bwd != cfg.bk_bwd:
+        est.update(_bwd_operands(cfg16.bm_bwd, cfg16.bk_bwd, bp, 2, "[16-bit]"))
+    return est
+
+
+def _bwd_operands(bb: int, bkb: int, bp: int, size: int, tag: str) -> dict[str, int]:
+    return {
+        # dP [BB,BP]·[BP,BB], state [BB,BP]·[BP,BK], (W∘dP) [BB,BB]·[BB,BK]
+        f"mimo_bwd_dqk_kernel{tag}": size * (2 * bb * bp + bp * bb + bp * bkb + bb * bb + bb * bkb),
+        # state [BB,BK]·[BK,BP], scores [BB,BK]·[BK,BB], dP [BB,BP]·[BP,BB], value [BB,BB]·[BB,BP]
+        f"mimo_bwd_dv_kernel{tag}": size * (bb * bkb + bkb * bp + 2 * bb * bkb + 2 * bb * bp + bb * bb + bb * bp),
     }
 
 
@@ -278,7 +312,7 @@ def aot_launches(arch: int):
     The state-passing and angle kernels use no dots (shared memory only for reduction / scan scratch) and are
     listed once (the angle kernels at A = 32 and A = 128, their two block shapes' extremes). A configuration
     whose scan forward the launcher may pick (``scan_fwd`` None) adds that kernel for 16-bit inputs (the only ones
-    ``for_grid`` picks it for), and the ``scan_states`` / ``scan_dstates`` candidates' kernels.
+    ``for_grid`` picks it for), with the backward's state-pass scans.
     """
     from mamba3.dispatch import arch_spec
 
@@ -297,8 +331,8 @@ def aot_launches(arch: int):
         if cfg.bk >= 64 or cfg.bk_bwd >= 64:  # the N/2 > BK loops at N = 256
             launches += aot_kernel_launches(cfg, headdim=p, dtype=torch.bfloat16, arch=arch, dstate=256,
                                             kernels=("mimo_out", "mimo_bwd_dv"))
-        if cfg.scan_fwd is None:  # with the scan_states / scan_dstates candidates' kernels
-            launches += aot_kernel_launches(replace(cfg.scan_variant(), scan_states=True, scan_dstates=True),
+        if cfg.scan_fwd is None:  # the scan forward with the backward's state-pass scans
+            launches += aot_kernel_launches(cfg.scan_variant(),
                                             headdim=p, dtype=torch.bfloat16, arch=arch,
                                             kernels=("mimo_scan_out", "mimo_state_scan_bwd"))
         if i == 0:

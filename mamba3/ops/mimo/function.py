@@ -16,8 +16,9 @@ Tiling: the dispatcher's configuration fixes BM rows = (token, rank) pairs per t
 the tile's tokens (the math does not depend on it). fp32 inputs use tf32x3 dots (fp32-accurate) unless
 precision="tf32"; bf16/fp16 inputs use tf32 dots on fp32 operands, except for the forward's token-by-token
 dots, whose operands are rounded to the input's 16-bit type (and the dq/dk/dv kernels' dots where the
-configuration sets ``bwd_dots16``, off by default). Where the grid of (P block, sequence, head) programs fills
-the GPU, the forward runs as one scan per program with the state in registers (``configs.for_grid``).
+configuration sets ``bwd_dots16``: P = 64's, over 64-column N-pair blocks). Where the grid of (P block, sequence,
+head) programs fills the GPU, the forward runs as one scan per program with the state in registers, and the
+backward's two state passes likewise (``configs.for_grid``).
 """
 from __future__ import annotations
 
@@ -150,7 +151,7 @@ def mimo_triton(q, k, v, adt, dt, trap, q_bias, k_bias, mimo_v, mimo_z, mimo_out
     f32 = torch.float32
     spec = _device_spec(dev)
     cfg = config or choose_config(spec, MimoProblem(dstate, headdim, rank, v.dtype))
-    cfg = cfg.for_chunk(rank, chunk_size)
+    cfg = cfg.for_dtype(v.dtype).for_chunk(rank, chunk_size)
     nseq = bsz if cu_seqlens is None else len(cu_seqlens) - 1
     lengths = None if cu_seqlens is None else cu_seqlens[1:] - cu_seqlens[:-1]
     cfg = for_grid(cfg, programs=-(-headdim // scan_block_p(cfg, headdim, bool(rms_norm))) * nseq * nheads,

@@ -368,6 +368,7 @@ def aot_kernel_launches(cfg: MimoConfig, headdim: int, dtype, arch: int, dstate:
     name prefix. Integer arguments are the bench shape's (multiples of 16, as real calls pass them)."""
     from mamba3.testing.aot import KernelLaunch
 
+    cfg = cfg.for_dtype(dtype)
     H, G, R, N, P, A = 32, 1, 4, dstate, headdim, dstate // 4
     N2, TT, NBC = N // 2, 4096, 64
     BP = block_p(P)
