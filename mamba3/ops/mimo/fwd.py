@@ -81,6 +81,50 @@ def store_out(o, OUTp, PHIp, sv_t, tok0, ntok, ti, r, valid, P, PV, R: tl.conste
 
 
 @triton.jit
+def out_backward(y, n, rstd, nw, zt, zz, sg, gate, o, DOUTp, PHIp, ZETAp, DYp, DZp, DPHIp, DZETAp, DNWp, sv_t, tok0,
+                 ntok, ti, r, valid, P, PV, R: tl.constexpr, BM: tl.constexpr, BP: tl.constexpr,
+                 HAS_Z: tl.constexpr, HAS_OUT: tl.constexpr, NORM: tl.constexpr, HAS_NW: tl.constexpr):
+    """The output epilogue's backward for the rows y [BM, BP] of one token tile, given :func:`norm_gate`'s pieces:
+    dy into (TT, R, H, P) fp32 at DYp, dz at DZp, and the tile's partial sums of dφ [R, BP] at DPHIp, dζ [R, BP] at
+    DZETAp (row stride P) and dw [BP] at DNWp. Every pointer at column 0 of the tile's P block (of head h, of the
+    tile's partial row); PV columns valid (0: nothing is stored)."""
+    CT: tl.constexpr = BM // R
+    pp = tl.arange(0, BP)
+    pm = pp < PV
+    ro = tl.arange(0, R)
+    if HAS_OUT:
+        phi = load_rank_p(PHIp, r, valid, P, PV, BP)
+        do_t = load_tok_rows(DOUTp, sv_t, tok0, ntok, PV, R, BM, BP)
+        dphi = tl.sum(tl.reshape(o * do_t, (CT, R, BP)), axis=0)  # [R, BP]
+        tl.store(DPHIp + ro[:, None] * P + pp[None, :], dphi, mask=pm[None, :])
+        do = do_t * phi
+    else:
+        do = load_rows_p(DOUTp, R * sv_t, sv_t, ti, r, valid, PV, BP)
+    if HAS_Z:
+        dn = do * gate
+        dzz = do * n * sg * (1.0 + zz * (1.0 - sg))
+        zeta = load_rank_p(ZETAp, r, valid, P, PV, BP)
+        dz = tl.sum(tl.reshape(dzz * zeta, (CT, R, BP)), axis=1)  # [CT, BP]
+        tt = tl.arange(0, CT)
+        offz = (tok0 + tt).to(tl.int64)[:, None] * sv_t + pp[None, :]
+        tl.store(DZp + offz, dz.to(DZp.dtype.element_ty), mask=(tt < ntok)[:, None] & pm[None, :])
+        dzeta = tl.sum(tl.reshape(dzz * zt, (CT, R, BP)), axis=0)  # [R, BP]
+        tl.store(DZETAp + ro[:, None] * P + pp[None, :], dzeta, mask=pm[None, :])
+    else:
+        dn = do
+    if NORM:  # all of P in the tile
+        if HAS_NW:
+            dnw = tl.sum(dn * y * rstd[:, None], axis=0)  # [BP]
+            tl.store(DNWp + pp, dnw, mask=pm)
+        u = dn * nw[None, :]
+        dy = rstd[:, None] * (u - y * (rstd * rstd * tl.sum(u * y, axis=1) / P)[:, None])
+    else:
+        dy = dn
+    offy = (ti.to(tl.int64)[:, None] * R + r[:, None]) * sv_t + pp[None, :]
+    tl.store(DYp + offy, dy, mask=valid[:, None] & pm[None, :])
+
+
+@triton.jit
 def add_local_state(acc1, acc2, X, sx_t, sx_r, PSI, Y, sy_t, sy_r, BIAS, ROT, srot_t, CSh, SCLh, tb, te, c_end, g, h,
                     p0, k0, N2, A, P, R: tl.constexpr, BM: tl.constexpr, BP: tl.constexpr, BK: tl.constexpr,
                     MODE: tl.constexpr, DOT_PREC: tl.constexpr):
@@ -189,57 +233,25 @@ def mimo_out_kernel(Q, K, V, ROT, CS, GAM, SCL, QB, KB, PSI, ZETA, PHI, DD, Z, N
         acc += tl.load(DD + h).to(tl.float32) * vt_i
     y = acc
 
-    pp = tl.arange(0, BP)
-    pm = pp < P
-    m = valid[:, None] & pm[None, :]
     n, rstd, nw, zt, zz, sg, gate, o = norm_gate(y, Z + h * P, ZETA + h * R * P, NW + h * P, sv_t, tok0,
                                                  tok1 - tok0, r, valid, P, P, eps, R, BM, BP, HAS_Z, NORM, HAS_NW)
-    tt = tl.arange(0, CT)
-    tv = tt < tok1 - tok0
-    mt = tv[:, None] & pm[None, :]
     if not BWD:
         store_out(o, OUT + h * P, PHI + h * R * P, sv_t, tok0, tok1 - tok0, ti, r, valid, P, P, R, BM, BP, HAS_OUT)
     else:
-        if HAS_OUT:
-            phi = load_rank_p(PHI + h * R * P, r, valid, P, P, BP)
-            do_t = load_tok_rows(DOUT + h * P, sv_t, tok0, tok1 - tok0, P, R, BM, BP)
-            dphi = tl.sum(tl.reshape(o * do_t, (CT, R, BP)), axis=0)  # [R, BP]
-            ro = tl.arange(0, R)
-            tl.store(DPHIP + ((sc * H + h) * R + ro[:, None]) * P + pp[None, :], dphi, mask=pm[None, :])
-            do = do_t * phi
-        else:
-            do = load_rows_p(DOUT + h * P, R * sv_t, sv_t, ti, r, valid, P, BP)
-        if HAS_Z:
-            dn = do * gate
-            dzz = do * n * sg * (1.0 + zz * (1.0 - sg))
-            zeta = load_rank_p(ZETA + h * R * P, r, valid, P, P, BP)
-            dz = tl.sum(tl.reshape(dzz * zeta, (CT, R, BP)), axis=1)  # [CT, BP]
-            offz = (tok0 + tt).to(tl.int64)[:, None] * sv_t + h * P + pp[None, :]
-            tl.store(DZ + offz, dz.to(DZ.dtype.element_ty), mask=mt)
-            dzeta = tl.sum(tl.reshape(dzz * zt, (CT, R, BP)), axis=0)  # [R, BP]
-            ro = tl.arange(0, R)
-            tl.store(DZETAP + ((sc * H + h) * R + ro[:, None]) * P + pp[None, :], dzeta, mask=pm[None, :])
-        else:
-            dn = do
-        if NORM:
-            if HAS_NW:
-                dnw = tl.sum(dn * y * rstd[:, None], axis=0)  # [BP]
-                tl.store(DNWP + (sc * H + h) * P + pp, dnw, mask=pm)
-            u = dn * nw[None, :]
-            dy = rstd[:, None] * (u - y * (rstd * rstd * tl.sum(u * y, axis=1) / P)[:, None])
-        else:
-            dy = dn
-        offy = (ti.to(tl.int64)[:, None] * R + r[:, None]) * sv_t + h * P + pp[None, :]
-        tl.store(DY + offy, dy, mask=m)
+        out_backward(y, n, rstd, nw, zt, zz, sg, gate, o, DOUT + h * P, PHI + h * R * P, ZETA + h * R * P, DY + h * P,
+                     DZ + h * P, DPHIP + (sc * H + h) * R * P, DZETAP + (sc * H + h) * R * P, DNWP + (sc * H + h) * P,
+                     sv_t, tok0, tok1 - tok0, ti, r, valid, P, P, R, BM, BP, HAS_Z, HAS_OUT, NORM, HAS_NW)
 
 
 @triton.jit(do_not_specialize=["TT", "MAX_BC"])
 def mimo_scan_out_kernel(Q, K, V, ROT, CS, GAM, SCL, QB, KB, PSI, ZETA, PHI, DD, Z, NW, S0, OUT, SFIN, SIN,
+                         DOUT, DY, DZ, DPHIP, DZETAP, DNWP,
                          SEQ_TABLE, BC_START, BC_END, MAX_BC, TT, H, HG, G, N2, A, P, eps,
                          R: tl.constexpr, BM: tl.constexpr, BK: tl.constexpr, BP: tl.constexpr,
                          HAS_D: tl.constexpr, HAS_Z: tl.constexpr, HAS_OUT: tl.constexpr, NORM: tl.constexpr,
                          HAS_NW: tl.constexpr, HAS_S0: tl.constexpr, DOT_PREC: tl.constexpr,
-                         TOK_PREC: tl.constexpr, STATES: tl.constexpr = False):
+                         TOK_PREC: tl.constexpr, Y_PREC: tl.constexpr, STATES: tl.constexpr = False,
+                         EPI_BWD: tl.constexpr = False):
     """The whole forward of one (sequence, head, P block) in one walk over the sequence's state chunks, each one
     token tile (grid: (P blocks, sequences, H); ``MimoConfig.scan_fwd``). The state S (P block × N, fp32, as its two
     [BP, BK] pair halves) stays in registers: per chunk, y_i = e^{c_i}·S q̃_i + Σ_{j ≤ i} W_ij (q̃_i·k̃_j) ṽ_j + D ṽ_i,
@@ -248,8 +260,14 @@ def mimo_scan_out_kernel(Q, K, V, ROT, CS, GAM, SCL, QB, KB, PSI, ZETA, PHI, DD,
     the final state goes to SFIN (NS, H, P, N). Needs N/2 ≤ BK. A sequence with fewer state chunks than MAX_BC
     idles through the rest (a loop bound loaded from memory runs compiled but not in the interpreter).
 
+    TOK_PREC: the state update's dots; Y_PREC: the in-chunk dots of y (the forward passes TOK_PREC for both).
+
     STATES (the backward's recompute, ``MimoConfig.scan_states``): no outputs and no final state; the state entering
-    each state chunk goes to SIN (state chunks, H, P, N), as the chunk-state kernel and the state pass give it."""
+    each state chunk goes to SIN (state chunks, H, P, N), as the chunk-state kernel and the state pass give it. With
+    EPI_BWD (``MimoConfig.scan_dy``) the walk also recomputes each chunk's y (Y_PREC: the chunked output kernel's
+    backward takes DOT_PREC) and runs the output epilogue's backward on it (:func:`out_backward`: DOUT → DY, DZ and
+    per-chunk partials DPHIP, DZETAP, DNWP, one chunk being one token tile), as ``mimo_out_kernel`` with BWD does."""
+    WITH_Y: tl.constexpr = EPI_BWD or not STATES
     pb = tl.program_id(0)
     s = tl.program_id(1)
     h = tl.program_id(2)
@@ -276,37 +294,44 @@ def mimo_scan_out_kernel(Q, K, V, ROT, CS, GAM, SCL, QB, KB, PSI, ZETA, PHI, DD,
         t, r, valid = rows_of(ntok, R, BM)
         ti = tok0 + t
         ci = tl.load(CSh + ti, mask=valid, other=0.0)
-        if not STATES:
+        if WITH_Y:
             # inter-chunk: e^{c_i}·S q̃_i (the state as the chunked path's output kernel takes it: fp32 at DOT_PREC);
-            # q̃ and k̃ are then held as the in-chunk dots take them (16-bit for 16-bit TOK_PREC: half the registers)
+            # q̃ and k̃ are then held as the in-chunk dots take them (16-bit for a 16-bit Y_PREC: half the registers)
             q1, q2, _c, _s = rot_pair(Qg, sq_t, sq_r, QBh, ROTh, srot_t, tok0, ntok, 0, N2, A, R, BM, BK)
             acc = tl.zeros((BM, BP), dtype=tl.float32)
             acc = mdot(q1, tl.trans(s1), acc, DOT_PREC)
             acc = mdot(q2, tl.trans(s2), acc, DOT_PREC)
             acc = acc * fast_exp(ci)[:, None]
-            q1 = dot_operand(q1, TOK_PREC)
-            q2 = dot_operand(q2, TOK_PREC)
+            q1 = dot_operand(q1, Y_PREC)
+            q2 = dot_operand(q2, Y_PREC)
         k1, k2, _c2, _s2 = rot_pair(Kg, sq_t, sq_r, KBh, ROTh, srot_t, tok0, ntok, 0, N2, A, R, BM, BK)
-        k1 = dot_operand(k1, TOK_PREC)
-        k2 = dot_operand(k2, TOK_PREC)
-        if not STATES:  # in-chunk
+        k1 = dot_operand(k1, Y_PREC)
+        k2 = dot_operand(k2, Y_PREC)
+        if WITH_Y:  # in-chunk
             s_ij = tl.zeros((BM, BM), dtype=tl.float32)
-            s_ij = mdot(q1, tl.trans(k1), s_ij, TOK_PREC)
-            s_ij = mdot(q2, tl.trans(k2), s_ij, TOK_PREC)
+            s_ij = mdot(q1, tl.trans(k1), s_ij, Y_PREC)
+            s_ij = mdot(q2, tl.trans(k2), s_ij, Y_PREC)
         vt = vtilde(V + h * P + p0, sv_t, PSI + h * R * P + p0, P, tok0, ntok, PV, R, BM, BP)  # [BM, BP]
         if STATES:  # the state entering chunk bc (none from an idle iteration)
             store_state_pair(SIN + (bc * H + h).to(tl.int64) * P * (2 * N2) + p0 * (2 * N2), s1, s2, 0, N2,
                              tl.where(live, PV, 0), BP, BK)
-        else:
+        if WITH_Y:
             w = pair_weights(CSh, SCLh, GAM + h * TT, tok0, ntok, tok0, ntok, R, BM, False)
-            acc = mdot(s_ij * w, vt, acc, TOK_PREC)
+            acc = mdot(s_ij * w, vt, acc, Y_PREC)
             if HAS_D:
                 acc += tl.load(DD + h).to(tl.float32) * vt
-            _n, _rstd, _nw, _zt, _zz, _sg, _gate, o = norm_gate(acc, Z + h * P + p0, ZETA + h * R * P + p0,
-                                                                NW + h * P + p0, sv_t, tok0, ntok, r, valid, P, PV,
-                                                                eps, R, BM, BP, HAS_Z, NORM, HAS_NW)
-            store_out(o, OUT + h * P + p0, PHI + h * R * P + p0, sv_t, tok0, ntok, ti, r, valid, P, PV, R, BM, BP,
-                      HAS_OUT)
+            n, rstd, nw, zt, zz, sg, gate, o = norm_gate(acc, Z + h * P + p0, ZETA + h * R * P + p0, NW + h * P + p0,
+                                                         sv_t, tok0, ntok, r, valid, P, PV, eps, R, BM, BP, HAS_Z,
+                                                         NORM, HAS_NW)
+            if EPI_BWD:  # an idle iteration stores nothing (its partials' row would be chunk 0's)
+                out_backward(acc, n, rstd, nw, zt, zz, sg, gate, o, DOUT + h * P + p0, PHI + h * R * P + p0,
+                             ZETA + h * R * P + p0, DY + h * P + p0, DZ + h * P + p0,
+                             DPHIP + (bc * H + h) * R * P + p0, DZETAP + (bc * H + h) * R * P + p0,
+                             DNWP + (bc * H + h) * P + p0, sv_t, tok0, ntok, ti, r, valid, P, tl.where(live, PV, 0),
+                             R, BM, BP, HAS_Z, HAS_OUT, NORM, HAS_NW)
+            else:
+                store_out(o, OUT + h * P + p0, PHI + h * R * P + p0, sv_t, tok0, ntok, ti, r, valid, P, PV, R, BM, BP,
+                          HAS_OUT)
         # the state leaving the chunk (a dead iteration: no rows, c_end = 0, S unchanged)
         c_end = tl.load(CSh + tl.maximum(tok0 + ntok - 1, 0))
         c_end = tl.where(live, c_end, 0.0)
