@@ -193,10 +193,10 @@ def empty_outputs(L: Launch, v, has_out: bool):
     return torch.empty(_out_shape(L, has_out), device=v.device, dtype=v.dtype), _final_states(L, v.device)
 
 
-def epilogue_grads(L: Launch, t, dev):
+def epilogue_grads(L: Launch, t):
     """Buffers of the output epilogue's backward: dy (TT, R, H, P) fp32, dz (as z), and per token tile the partial
     sums of dφ, dζ (T.nsc, H, R, P) and of the norm weight's gradient (T.nsc, H, P); None where a feature is off."""
-    T, f32 = L.tables, torch.float32
+    T, f32, dev = L.tables, torch.float32, t["v"].device
     dy = torch.empty(L.TT, L.R, L.H, L.P, device=dev, dtype=f32)
     dz = dzetap = dphip = dnwp = None
     if t["z"] is not None:
@@ -220,7 +220,7 @@ def out_pass(L: Launch, t, sin, bwd=False, dout=None):
     if not bwd:
         out = torch.empty(_out_shape(L, has_out), device=dev, dtype=v.dtype)
     else:
-        dy, dz, dphip, dzetap, dnwp = epilogue_grads(L, t, dev)
+        dy, dz, dphip, dzetap, dnwp = epilogue_grads(L, t)
     d = lambda x: dummy if x is None else x  # noqa: E731
     mimo_out_kernel[(T.nsc, L.H)](
         q, k, v, rot, cs, gam, scl, t["qb"], t["kb"], t["psi"], d(t["zeta"]), d(t["phi"]), d(t["D"]),
@@ -278,12 +278,11 @@ def scan_states(L: Launch, t, dout=None):
     With ``dout`` (:func:`uses_scan_dy`) the walk also recomputes y and runs the epilogue backward: returns (the
     states, what :func:`out_pass` with bwd=True returns)."""
     cfg, T = L.cfg, L.tables
-    dev = t["v"].device
-    sin = torch.empty(T.nbc, L.H, L.P, 2 * L.N2, device=dev, dtype=torch.float32)
+    sin = torch.empty(T.nbc, L.H, L.P, 2 * L.N2, device=t["v"].device, dtype=torch.float32)
     epi = dout is not None
     cs = t["cs"]  # stands in for the pointers the walk does not read
     if epi:  # one token tile per state chunk (scan_fwd's condition): the partials' rows are the state chunks
-        dy, dz, dphip, dzetap, dnwp = epilogue_grads(L, t, dev)
+        dy, dz, dphip, dzetap, dnwp = epilogue_grads(L, t)
         d = lambda x: cs if x is None else x  # noqa: E731
         feats = (d(t["zeta"]), d(t["phi"]), d(t["D"]), d(t["z"]), d(t["nw"]))
         grads = (dout, dy, d(dz), d(dphip), d(dzetap), d(dnwp))
