@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import math
 import sys
-from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -117,8 +116,6 @@ def main():
     ap.add_argument("--dstate", type=int, default=128)
     ap.add_argument("--headdim", type=int, default=64)
     ap.add_argument("--no-sweep", action="store_true")
-    ap.add_argument("--only-prefetch", action="store_true",
-                    help="the chosen tiles and their prefetch / k-state-reload variants only (MIMO streaming rows)")
     args = ap.parse_args()
     import triton.testing
 
@@ -132,12 +129,7 @@ def main():
         nbytes = bytes_moved(x)
         chosen = choose_config(None, StepProblem(args.headdim, args.dstate, R, row_heads=args.batch * args.nheads))
         configs = [chosen]
-        if chosen.row_tiles > 1 and (args.only_prefetch or not args.no_sweep):
-            # two row tiles in flight and/or the previous k̃_r reloaded per tile (L1 hits; 241 → 221 registers on
-            # sm_90 at R = 4)
-            configs += [replace(chosen, **kw) for kw in (dict(prefetch=2), dict(reload_k_old=True),
-                                                         dict(prefetch=2, reload_k_old=True))]
-        if not (args.no_sweep or args.only_prefetch):
+        if not args.no_sweep:
             full_n = 1 << (args.dstate - 1).bit_length()
             full_p = 1 << (args.headdim - 1).bit_length()
             # whole rows per tile, each program streaming row_tiles tiles (all of P: one launch)
@@ -160,8 +152,7 @@ def main():
             tbps = nbytes / ms / 1e9
             row = dict(op=mode, rank=R, batch=args.batch, nheads=args.nheads, headdim=args.headdim,
                        dstate=args.dstate, block_p=cfg.block_p, block_n=cfg.block_n, num_warps=cfg.num_warps,
-                       row_tiles=cfg.row_tiles, lane_sums=cfg.lane_sums, prefetch=cfg.prefetch,
-                       reload_k_old=cfg.reload_k_old,
+                       row_tiles=cfg.row_tiles, lane_sums=cfg.lane_sums,
                        chosen=cfg == chosen, ms=ms, MB=nbytes / 1e6, TBps=tbps, frac_of_copy=tbps / copy_bw,
                        **errors_against_float64(x, siso, cfg))
             if cfg == chosen and siso:

@@ -43,8 +43,6 @@ class StepConfig:
     row_tiles: int = 1     # BLOCK_P-row tiles a program streams (block_n ≥ N only); all of P: no rows kernel
     rows_warps: int = 1    # the small-state kernel (θ', k̃, v of one row and head)
     lane_sums: bool = False  # MIMO y_r = h'q̃_r by the lanes' reduce-scatter (kernel.py); needs lane_sums_fit
-    prefetch: int = 1      # row tiles loaded ahead of the one being updated (1 or 2; row_tiles > 1)
-    reload_k_old: bool = False  # the previous k̃_r reloaded per row tile (L1 hits) instead of held in registers
 
 
 @dataclass(frozen=True)

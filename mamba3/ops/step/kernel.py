@@ -181,15 +181,6 @@ def _pair_vectors(q_row, stride_qr, k_row, stride_kr, qb_h, kb_h, sk_row, stride
     return theta, q_rot, k_rot, k_old
 
 
-@triton.jit
-def _load_k_state(sk_row, stride_skr, N: tl.constexpr, R: tl.constexpr, HALF: tl.constexpr, ADJACENT: tl.constexpr):
-    """The previous step's k̃_r of the pairs [0, HALF) (the k state), tuples over r of (lo, hi)."""
-    k_old = ()
-    for r in tl.static_range(R):
-        k_old = k_old + (_load_pairs(sk_row + r * stride_skr, 0, HALF, N, ADJACENT),)
-    return k_old
-
-
 def _lane_sum_ptx(nvalues):
     """PTX of the lanes' reduce-scatter: inputs $1..$nvalues are a lane's values x_j, output $0 is, in lane c of each
     16-lane half warp, Σ over the half's lanes of x_{c // (16 / nvalues)}. Level m (lane masks 8, 4, 2, 1) pairs x_j
@@ -445,7 +436,6 @@ def mamba3_step_kernel(
     ADJACENT: tl.constexpr, HAS_SBI: tl.constexpr, HAS_D: tl.constexpr,
     HAS_Z: tl.constexpr, HAS_PSI: tl.constexpr, HAS_ZETA: tl.constexpr, HAS_PHI: tl.constexpr,
     PER_RANK: tl.constexpr, RMS_NORM: tl.constexpr, HAS_NW: tl.constexpr, LANE_SUMS: tl.constexpr,
-    PREFETCH: tl.constexpr = 1, RELOAD_K_OLD: tl.constexpr = False,
 ):
     """The state update and output of ROW_TILES × BLOCK_P rows of one (batch row, head); see the module docstring.
 
@@ -482,23 +472,15 @@ def mamba3_step_kernel(
             theta, q_rot, k_rot, k_old = _pair_vectors(q_row, stride_qr, k_row, stride_kr, qb_ptr + h * R * N,
                                                        kb_ptr + h * R * N, sk_row, stride_skr, sa_row, ang_row, 0,
                                                        dt, A, N, R, HALF, ADJACENT)
-            if PREFETCH == 2 and ROW_TILES > 1:  # the second tile, so that two are in flight from the start
-                pp = p0 + BLOCK_P + tl.arange(0, BLOCK_P)
-                far_lo, far_hi = _load_pair_tile(ss_row, pp, pp < P, 0, HALF, N, stride_ssp, ADJACENT)
             for t in range(ROW_TILES):
                 pp = p0 + t * BLOCK_P + tl.arange(0, BLOCK_P)
                 pmask = pp < P
-                if ROW_TILES > 1:  # the tile PREFETCH ahead (nothing after the last one)
-                    next_rows = pp + PREFETCH * BLOCK_P
-                    next_lo, next_hi = _load_pair_tile(ss_row, next_rows,
-                                                       (next_rows < P) & (t + PREFETCH < ROW_TILES),
+                if ROW_TILES > 1:  # the next tile (nothing after the last one)
+                    next_rows = pp + BLOCK_P
+                    next_lo, next_hi = _load_pair_tile(ss_row, next_rows, (next_rows < P) & (t + 1 < ROW_TILES),
                                                        0, HALF, N, stride_ssp, ADJACENT)
                 v, vprev, zz = _row_inputs(v_row, sv_row, z_ptr + b * stride_zb + h * stride_zh, pp, pmask, HAS_Z)
-                if RELOAD_K_OLD:  # L1 hits, in place of R × BLOCK_N registers held over the loop
-                    k_prev = _load_k_state(sk_row, stride_skr, N, R, HALF, ADJACENT)
-                else:
-                    k_prev = k_old
-                lo, hi, y = _update_pair_tile(lo, hi, alpha, gamma * v, beta * vprev, q_rot, k_rot, k_prev,
+                lo, hi, y = _update_pair_tile(lo, hi, alpha, gamma * v, beta * vprev, q_rot, k_rot, k_old,
                                               mv_ptr + h * R * P, pp, pmask, P, R, BLOCK_R, HAS_PSI, LANES)
                 _store_pair_tile(ss_row, pp, pmask, 0, lo, hi, HALF, N, stride_ssp, ADJACENT)
                 if LANES:
@@ -510,11 +492,7 @@ def mamba3_step_kernel(
                                  out_ptr, R, BLOCK_R, HAS_D, HAS_Z, HAS_PSI, HAS_ZETA, HAS_PHI, PER_RANK, RMS_NORM,
                                  HAS_NW)
                 if ROW_TILES > 1:
-                    if PREFETCH == 2:
-                        lo, hi = far_lo, far_hi
-                        far_lo, far_hi = next_lo, next_hi
-                    else:
-                        lo, hi = next_lo, next_hi
+                    lo, hi = next_lo, next_hi
             if WRITE_SMALL:  # every old θ, k̃ and v of this (row, head) has been read, by this program alone
                 _store_small_states(theta, k_rot, v_row, sa_row, sk_row, stride_skr, sv_row, P, A, N, R, HALF,
                                     BLOCK_P, ROW_TILES, ADJACENT)
