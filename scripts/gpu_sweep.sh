@@ -10,8 +10,10 @@
 # (checkpoint_resume.pt, with checkpoint_best.pt) and no new run starts. Then it writes the summary, drops the
 # last and resume checkpoints of finished runs (their checkpoint_best.pt, ≈ 0.25 MB at d_model 64, stays for
 # `python -m mamba3 train eval`; KEEP_CKPT=1 keeps all) and every run's log and plot, and packs the sweep
-# directory into $OUT/sweep.tgz (one file: the device transport returns at most a few files).
-# Unpack it over the repository root and commit the new results.json files; to continue paused runs in the next
+# directory into $OUT/sweep.tgz.part-aa, -ab, … (15 MiB pieces: the device transport returns at most 8 files of at
+# most 16 MiB; six paused d_model 64 runs made an 18 MB archive, which the twenty-seventh session lost that way).
+# Unpack it over the repository root (`cat sweep.tgz.part-* | tar xz`) and commit the new results.json files
+# (and, to resume on another machine, the paused runs' checkpoints with `git add -f`); to continue paused runs in the next
 # call, pass the sweep directory in the device call's `carry` (checkpoints are git-ignored, so they travel only
 # that way) and run the same command again.
 # Knobs (defaults = the paper's grid): D_MODELS=32,64 LRS=8 SEEDS=0 JOBS=8 STEPS=10000; extra args go to the
@@ -31,7 +33,12 @@ python3 -m mamba3 train sweep "$TASK" --models "${MODELS:-mamba3}" --d-models "$
 # the paused runs' checkpoints first, as they are: a call killed at its time limit during the summary below (it
 # imports torch and matplotlib: 15-25 s) still returns them (the twenty-second session lost a call's 565 s of
 # training that way: pausing took 13 s after STOP_AFTER and the call ended before the archive was written)
-tar czf "$OUT/.sweep.tgz" "$SWEEP" && mv "$OUT/.sweep.tgz" "$OUT/sweep.tgz" || status=1
+pack() {  # the sweep directory as $OUT/sweep.tgz.part-*, the old pieces replaced only once the new ones exist
+  mkdir -p "$OUT/.pack" && rm -f "$OUT"/.pack/* &&
+    tar czf - "$SWEEP" | split -b 15M - "$OUT/.pack/sweep.tgz.part-" &&
+    rm -f "$OUT"/sweep.tgz.part-* && mv "$OUT"/.pack/sweep.tgz.part-* "$OUT"/ && rmdir "$OUT/.pack"
+}
+pack || status=1
 python3 -m mamba3 train summarize "$SWEEP" || status=1
 find "$SWEEP" \( -name 'log.txt' -o -name 'accuracy_vs_length.png' \) -delete
 if [ -z "${KEEP_CKPT:-}" ]; then
@@ -39,5 +46,5 @@ if [ -z "${KEEP_CKPT:-}" ]; then
     rm -f "$run"/checkpoint_last.pt "$run"/checkpoint_resume.pt
   done
 fi
-tar czf "$OUT/.sweep.tgz" "$SWEEP" && mv "$OUT/.sweep.tgz" "$OUT/sweep.tgz" || status=1
+pack || status=1
 exit $status

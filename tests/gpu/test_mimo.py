@@ -115,10 +115,9 @@ def _scan_variants():
     from mamba3.ops.mimo.configs import CONFIGS
 
     scans = [cfg.scan_variant() for cfgs in CONFIGS.values() for cfg in cfgs if cfg.scan_fwd is None]
-    # the scan forward with the backward's chunked state passes (scan_states, scan_dstates off), and with the
-    # scan_dy candidate (the states-only walk runs the output epilogue's backward)
+    # and the scan forward with the backward's chunked state passes (scan_states, scan_dstates off)
     return scans + [dataclasses.replace(c, scan_states=False, scan_dstates=False, name=f"{c.name}-chunked-passes")
-                    for c in scans] + [dataclasses.replace(c, scan_dy=True, name=f"{c.name}-dy") for c in scans]
+                    for c in scans]
 
 
 @pytest.mark.parametrize("cfg", _scan_variants(), ids=lambda c: c.name)
@@ -130,9 +129,8 @@ def _scan_variants():
 ], ids=["norm", "varlen", "perrank"])
 def test_scan_forward(cfg, dtype, case):
     """The scan forward of every configuration the dispatcher may switch to it (``MimoConfig.scan_variant``; forced
-    here, at any grid and dtype), with the backward's state passes as scans (``scan_states``, ``scan_dstates``),
-    chunked, and with the epilogue backward in the states-only walk (``scan_dy``), at the benchmarks' N = 128 and
-    P = 64, input states and every feature on, against float64."""
+    here, at any grid and dtype), with the backward's state passes as scans (``scan_states``, ``scan_dstates``) and
+    chunked, at the benchmarks' N = 128 and P = 64, input states and every feature on, against float64."""
     _check(dtype, config=cfg, nheads=4, ngroups=2, dstate=128, headdim=64, rank=4, states=True, **case)
 
 

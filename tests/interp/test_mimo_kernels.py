@@ -181,30 +181,25 @@ def test_scan_forward_p_blocks_varlen(with_out, scan_calls):
 
 
 @pytest.mark.parametrize("flags", [dict(scan_states=True), dict(scan_dstates=True),
-                                   dict(scan_states=True, scan_dstates=True),
-                                   dict(scan_states=True, scan_dstates=True, scan_dy=True)],
-                         ids=["states", "dstates", "both", "both-dy"])
+                                   dict(scan_states=True, scan_dstates=True)], ids=["states", "dstates", "both"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
 def test_scan_state_passes_backward(dtype, flags, scan_calls, monkeypatch):
     """``MimoConfig.scan_states`` / ``scan_dstates``: the backward takes the states entering its state chunks from the
     scan kernel's states-only walk, and its reverse pass (dS_end, the input state's gradient, the decays' gradient
     through the incoming states) from ``mimo_state_scan_bwd_kernel``. Every gradient against float64, with input and
     final states, packed sequences of 1, 13 and 3 tokens (the idle iterations of the short ones must not store) and
-    two P blocks (P = 24 in blocks of 16: the reverse walk's decay-gradient partials are summed over them).
-    ``scan_dy``: the states-only walk also runs the output epilogue's backward (with the fused RMSNorm (fp32) in one
-    P block of 32; without it (bf16) in the two blocks), so the output kernel's backward pass never runs."""
+    two P blocks (P = 24 in blocks of 16: the reverse walk's decay-gradient partials are summed over them)."""
     from mamba3.ops.mimo import launch
     from mamba3.ops.mimo.configs import MimoConfig
     from mamba3.testing.calls import count_calls
 
-    calls = count_calls(monkeypatch, launch, "scan_states", "state_scan_bwd", "out_pass")
+    calls = count_calls(monkeypatch, launch, "scan_states", "state_scan_bwd")
     cfg = MimoConfig(**SCAN, scan_bp=16, **flags, name="tiny-scan-passes")
     _check(dtype, config=cfg, bsz=1, seqlen=17, nheads=4, ngroups=2, dstate=16, headdim=24, rank=2, states=True,
            cu_seqlens=[0, 1, 14, 17], rms_norm=dtype == torch.float32)
     assert scan_calls
     assert bool(calls["scan_states"]) == flags.get("scan_states", False)
     assert bool(calls["state_scan_bwd"]) == flags.get("scan_dstates", False)
-    assert bool(calls["out_pass"]) != flags.get("scan_dy", False)  # the scan forward never calls it
 
 
 def test_scan_forward_needs_one_tile_per_state_chunk():

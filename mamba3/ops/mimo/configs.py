@@ -108,10 +108,6 @@ class MimoConfig:
         Both are on in :meth:`scan_variant`. H200, bf16, N = 128, P = 64, R = 4, 16-token chunks (twenty-sixth
         session), forward+backward ms with the scan forward: B8 T4096 neither 34.02, scan_states 33.43, scan_dstates
         32.84, both 32.24; B4 T8192 34.15, 33.48, 34.28, 33.60 (``benchmarks/results/mimo_backward_sweep_h200.md``).
-    scan_dy: with ``scan_states``, the backward's states-only walk also recomputes each chunk's y (tf32, as the output
-        kernel's backward) and runs the output epilogue's backward on it (dy, dz and the dφ / dζ / dw partials), in
-        place of ``mimo_out_kernel``'s backward pass, which recomputes y from the stored states (5.60 ms of the
-        H200's B8 T4096 backward, the walk without it ≈ 2.2). A candidate, not timed.
     """
 
     bm: int = 64
@@ -132,7 +128,6 @@ class MimoConfig:
     scan_warps: int = 8
     scan_states: bool = False
     scan_dstates: bool = False
-    scan_dy: bool = False
     name: str = "default"
 
     def __post_init__(self):
@@ -336,8 +331,8 @@ def aot_launches(arch: int):
         if cfg.bk >= 64 or cfg.bk_bwd >= 64:  # the N/2 > BK loops at N = 256
             launches += aot_kernel_launches(cfg, headdim=p, dtype=torch.bfloat16, arch=arch, dstate=256,
                                             kernels=("mimo_out", "mimo_bwd_dv"))
-        if cfg.scan_fwd is None:  # the scan forward with the backward's state-pass scans (and the scan_dy candidate)
-            launches += aot_kernel_launches(replace(cfg.scan_variant(), scan_dy=True),
+        if cfg.scan_fwd is None:  # the scan forward with the backward's state-pass scans
+            launches += aot_kernel_launches(cfg.scan_variant(),
                                             headdim=p, dtype=torch.bfloat16, arch=arch,
                                             kernels=("mimo_scan_out", "mimo_state_scan_bwd"))
         if i == 0:

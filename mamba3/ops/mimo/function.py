@@ -84,15 +84,9 @@ class _MimoCore(torch.autograd.Function):
         # the state chunks' decays are read by the chunked state passes only
         t = _pass_tensors(L, ctx.flags["norm"], q, k, v, theta, cs, gam, scl, qb, kb, psi, zeta, phi, D, z, nw, s0,
                           chunked=not (scan_states and scan_dstates))
-        # recompute the incoming states (not kept between passes), with the output epilogue's backward where the walk
-        # runs it
-        dout = dout.contiguous()
-        epilogue = None
-        if _launch.uses_scan_dy(L):
-            sin, epilogue = _launch.scan_states(L, t, dout)
-        else:
-            sin = _launch.scan_states(L, t) if scan_states else _launch.forward(L, t)[0]
-        g = _launch.backward(L, t, sin, dout, None if dsfin is None else dsfin.contiguous(), epilogue)
+        # recompute the incoming states (not kept between passes)
+        sin = _launch.scan_states(L, t) if scan_states else _launch.forward(L, t)[0]
+        g = _launch.backward(L, t, sin, dout.contiguous(), None if dsfin is None else dsfin.contiguous())
         return (None, None, g["q"], g["k"], g["v"], g["theta"], g["cs"], g["gam"], g["scl"],
                 g["qb"].to(qb.dtype), g["kb"].to(kb.dtype), g["psi"].to(psi.dtype),
                 None if zeta is None or g["zeta"] is None else g["zeta"].to(zeta.dtype),

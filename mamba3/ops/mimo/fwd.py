@@ -245,13 +245,11 @@ def mimo_out_kernel(Q, K, V, ROT, CS, GAM, SCL, QB, KB, PSI, ZETA, PHI, DD, Z, N
 
 @triton.jit(do_not_specialize=["TT", "MAX_BC"])
 def mimo_scan_out_kernel(Q, K, V, ROT, CS, GAM, SCL, QB, KB, PSI, ZETA, PHI, DD, Z, NW, S0, OUT, SFIN, SIN,
-                         DOUT, DY, DZ, DPHIP, DZETAP, DNWP,
                          SEQ_TABLE, BC_START, BC_END, MAX_BC, TT, H, HG, G, N2, A, P, eps,
                          R: tl.constexpr, BM: tl.constexpr, BK: tl.constexpr, BP: tl.constexpr,
                          HAS_D: tl.constexpr, HAS_Z: tl.constexpr, HAS_OUT: tl.constexpr, NORM: tl.constexpr,
                          HAS_NW: tl.constexpr, HAS_S0: tl.constexpr, DOT_PREC: tl.constexpr,
-                         TOK_PREC: tl.constexpr, Y_PREC: tl.constexpr, STATES: tl.constexpr = False,
-                         EPI_BWD: tl.constexpr = False):
+                         TOK_PREC: tl.constexpr, STATES: tl.constexpr = False):
     """The whole forward of one (sequence, head, P block) in one walk over the sequence's state chunks, each one
     token tile (grid: (P blocks, sequences, H); ``MimoConfig.scan_fwd``). The state S (P block × N, fp32, as its two
     [BP, BK] pair halves) stays in registers: per chunk, y_i = e^{c_i}·S q̃_i + Σ_{j ≤ i} W_ij (q̃_i·k̃_j) ṽ_j + D ṽ_i,
@@ -260,14 +258,10 @@ def mimo_scan_out_kernel(Q, K, V, ROT, CS, GAM, SCL, QB, KB, PSI, ZETA, PHI, DD,
     the final state goes to SFIN (NS, H, P, N). Needs N/2 ≤ BK. A sequence with fewer state chunks than MAX_BC
     idles through the rest (a loop bound loaded from memory runs compiled but not in the interpreter).
 
-    TOK_PREC: the state update's dots; Y_PREC: the in-chunk dots of y (the forward passes TOK_PREC for both).
-
     STATES (the backward's recompute, ``MimoConfig.scan_states``): no outputs and no final state; the state entering
-    each state chunk goes to SIN (state chunks, H, P, N), as the chunk-state kernel and the state pass give it. With
-    EPI_BWD (``MimoConfig.scan_dy``) the walk also recomputes each chunk's y (Y_PREC: the chunked output kernel's
-    backward takes DOT_PREC) and runs the output epilogue's backward on it (:func:`out_backward`: DOUT → DY, DZ and
-    per-chunk partials DPHIP, DZETAP, DNWP, one chunk being one token tile), as ``mimo_out_kernel`` with BWD does."""
-    WITH_Y: tl.constexpr = EPI_BWD or not STATES
+    each state chunk goes to SIN (state chunks, H, P, N), as the chunk-state kernel and the state pass give it.
+    (Running the output epilogue's backward in that walk as well, in place of the output kernel's backward pass, was
+    timed on the H200 in the twenty-seventh session: 34.5 against 30.7 ms forward+backward at B8 T4096; removed.)"""
     pb = tl.program_id(0)
     s = tl.program_id(1)
     h = tl.program_id(2)
@@ -294,44 +288,37 @@ def mimo_scan_out_kernel(Q, K, V, ROT, CS, GAM, SCL, QB, KB, PSI, ZETA, PHI, DD,
         t, r, valid = rows_of(ntok, R, BM)
         ti = tok0 + t
         ci = tl.load(CSh + ti, mask=valid, other=0.0)
-        if WITH_Y:
+        if not STATES:
             # inter-chunk: e^{c_i}·S q̃_i (the state as the chunked path's output kernel takes it: fp32 at DOT_PREC);
-            # q̃ and k̃ are then held as the in-chunk dots take them (16-bit for a 16-bit Y_PREC: half the registers)
+            # q̃ and k̃ are then held as the in-chunk dots take them (16-bit for 16-bit TOK_PREC: half the registers)
             q1, q2, _c, _s = rot_pair(Qg, sq_t, sq_r, QBh, ROTh, srot_t, tok0, ntok, 0, N2, A, R, BM, BK)
             acc = tl.zeros((BM, BP), dtype=tl.float32)
             acc = mdot(q1, tl.trans(s1), acc, DOT_PREC)
             acc = mdot(q2, tl.trans(s2), acc, DOT_PREC)
             acc = acc * fast_exp(ci)[:, None]
-            q1 = dot_operand(q1, Y_PREC)
-            q2 = dot_operand(q2, Y_PREC)
+            q1 = dot_operand(q1, TOK_PREC)
+            q2 = dot_operand(q2, TOK_PREC)
         k1, k2, _c2, _s2 = rot_pair(Kg, sq_t, sq_r, KBh, ROTh, srot_t, tok0, ntok, 0, N2, A, R, BM, BK)
-        k1 = dot_operand(k1, Y_PREC)
-        k2 = dot_operand(k2, Y_PREC)
-        if WITH_Y:  # in-chunk
+        k1 = dot_operand(k1, TOK_PREC)
+        k2 = dot_operand(k2, TOK_PREC)
+        if not STATES:  # in-chunk
             s_ij = tl.zeros((BM, BM), dtype=tl.float32)
-            s_ij = mdot(q1, tl.trans(k1), s_ij, Y_PREC)
-            s_ij = mdot(q2, tl.trans(k2), s_ij, Y_PREC)
+            s_ij = mdot(q1, tl.trans(k1), s_ij, TOK_PREC)
+            s_ij = mdot(q2, tl.trans(k2), s_ij, TOK_PREC)
         vt = vtilde(V + h * P + p0, sv_t, PSI + h * R * P + p0, P, tok0, ntok, PV, R, BM, BP)  # [BM, BP]
         if STATES:  # the state entering chunk bc (none from an idle iteration)
             store_state_pair(SIN + (bc * H + h).to(tl.int64) * P * (2 * N2) + p0 * (2 * N2), s1, s2, 0, N2,
                              tl.where(live, PV, 0), BP, BK)
-        if WITH_Y:
+        else:
             w = pair_weights(CSh, SCLh, GAM + h * TT, tok0, ntok, tok0, ntok, R, BM, False)
-            acc = mdot(s_ij * w, vt, acc, Y_PREC)
+            acc = mdot(s_ij * w, vt, acc, TOK_PREC)
             if HAS_D:
                 acc += tl.load(DD + h).to(tl.float32) * vt
-            n, rstd, nw, zt, zz, sg, gate, o = norm_gate(acc, Z + h * P + p0, ZETA + h * R * P + p0, NW + h * P + p0,
-                                                         sv_t, tok0, ntok, r, valid, P, PV, eps, R, BM, BP, HAS_Z,
-                                                         NORM, HAS_NW)
-            if EPI_BWD:  # an idle iteration stores nothing (its partials' row would be chunk 0's)
-                out_backward(acc, n, rstd, nw, zt, zz, sg, gate, o, DOUT + h * P + p0, PHI + h * R * P + p0,
-                             ZETA + h * R * P + p0, DY + h * P + p0, DZ + h * P + p0,
-                             DPHIP + (bc * H + h) * R * P + p0, DZETAP + (bc * H + h) * R * P + p0,
-                             DNWP + (bc * H + h) * P + p0, sv_t, tok0, ntok, ti, r, valid, P, tl.where(live, PV, 0),
-                             R, BM, BP, HAS_Z, HAS_OUT, NORM, HAS_NW)
-            else:
-                store_out(o, OUT + h * P + p0, PHI + h * R * P + p0, sv_t, tok0, ntok, ti, r, valid, P, PV, R, BM, BP,
-                          HAS_OUT)
+            _n, _rstd, _nw, _zt, _zz, _sg, _gate, o = norm_gate(acc, Z + h * P + p0, ZETA + h * R * P + p0,
+                                                                NW + h * P + p0, sv_t, tok0, ntok, r, valid, P, PV,
+                                                                eps, R, BM, BP, HAS_Z, NORM, HAS_NW)
+            store_out(o, OUT + h * P + p0, PHI + h * R * P + p0, sv_t, tok0, ntok, ti, r, valid, P, PV, R, BM, BP,
+                      HAS_OUT)
         # the state leaving the chunk (a dead iteration: no rows, c_end = 0, S unchanged)
         c_end = tl.load(CSh + tl.maximum(tok0 + ntok - 1, 0))
         c_end = tl.where(live, c_end, 0.0)

@@ -253,11 +253,11 @@ def scan_forward(L: Launch, t):
     d = lambda x: t["cs"] if x is None else x  # noqa: E731
     mimo_scan_out_kernel[(triton.cdiv(L.P, bp), T.ns, L.H)](
         t["q"], t["k"], v, t["rot"], t["cs"], t["gam"], t["scl"], t["qb"], t["kb"], t["psi"], d(t["zeta"]),
-        d(t["phi"]), d(t["D"]), d(t["z"]), d(t["nw"]), d(t["s0"]), out, sfin, sfin, *(t["cs"],) * 6,
+        d(t["phi"]), d(t["D"]), d(t["z"]), d(t["nw"]), d(t["s0"]), out, sfin, sfin,
         T.seq_table, T.bc_start, T.bc_end, T.max_bc, L.TT, L.H, L.HG, L.G, L.N2, L.A, L.P, L.eps,
         R=L.R, BM=cfg.bm, BK=cfg.bk, BP=bp, HAS_D=t["D"] is not None, HAS_Z=t["z"] is not None, HAS_OUT=has_out,
         NORM=t["norm"], HAS_NW=t["nw"] is not None, HAS_S0=t["s0"] is not None, DOT_PREC=L.dot_prec,
-        TOK_PREC=L.fwd_prec, Y_PREC=L.fwd_prec, num_warps=cfg.scan_warps, num_stages=cfg.stages)
+        TOK_PREC=L.fwd_prec, num_warps=cfg.scan_warps, num_stages=cfg.stages)
     return out, sfin
 
 
@@ -267,37 +267,21 @@ def uses_scan_states(L: Launch) -> bool:
     return L.cfg.scan_states and uses_scan(L)
 
 
-def uses_scan_dy(L: Launch) -> bool:
-    """Whether :func:`scan_states` also runs the output epilogue's backward (``MimoConfig.scan_dy``)."""
-    return L.cfg.scan_dy and uses_scan_states(L)
-
-
-def scan_states(L: Launch, t, dout=None):
+def scan_states(L: Launch, t):
     """The state entering each state chunk, (state chunks, H, P, N) fp32, by the states-only walk of
-    ``mimo_scan_out_kernel`` (STATES): what :func:`forward` returns first, without the local chunk states in DRAM.
-    With ``dout`` (:func:`uses_scan_dy`) the walk also recomputes y and runs the epilogue backward: returns (the
-    states, what :func:`out_pass` with bwd=True returns)."""
+    ``mimo_scan_out_kernel`` (STATES): what :func:`forward` returns first, without the local chunk states in DRAM."""
     cfg, T = L.cfg, L.tables
     sin = torch.empty(T.nbc, L.H, L.P, 2 * L.N2, device=t["v"].device, dtype=torch.float32)
-    epi = dout is not None
-    cs = t["cs"]  # stands in for the pointers the walk does not read
-    if epi:  # one token tile per state chunk (scan_fwd's condition): the partials' rows are the state chunks
-        dy, dz, dphip, dzetap, dnwp = epilogue_grads(L, t)
-        d = lambda x: cs if x is None else x  # noqa: E731
-        feats = (d(t["zeta"]), d(t["phi"]), d(t["D"]), d(t["z"]), d(t["nw"]))
-        grads = (dout, dy, d(dz), d(dphip), d(dzetap), d(dnwp))
-    else:
-        feats, grads = (cs,) * 5, (cs,) * 6
-    bp = scan_block_p(cfg, L.P, norm=epi and t["norm"])
+    bp = scan_block_p(cfg, L.P, norm=False)
+    cs = t["cs"]  # stands in for the pointers the states-only walk does not read
     mimo_scan_out_kernel[(triton.cdiv(L.P, bp), T.ns, L.H)](
-        t["q"], t["k"], t["v"], t["rot"], cs, t["gam"], t["scl"], t["qb"], t["kb"], t["psi"], *feats,
-        cs if t["s0"] is None else t["s0"], cs, cs, sin, *grads,
+        t["q"], t["k"], t["v"], t["rot"], cs, t["gam"], t["scl"], t["qb"], t["kb"], t["psi"], cs, cs, cs, cs, cs,
+        cs if t["s0"] is None else t["s0"], cs, cs, sin,
         T.seq_table, T.bc_start, T.bc_end, T.max_bc, L.TT, L.H, L.HG, L.G, L.N2, L.A, L.P, L.eps,
-        R=L.R, BM=cfg.bm, BK=cfg.bk, BP=bp, HAS_D=epi and t["D"] is not None, HAS_Z=epi and t["z"] is not None,
-        HAS_OUT=epi and t["phi"] is not None, NORM=epi and t["norm"], HAS_NW=epi and t["nw"] is not None,
-        HAS_S0=t["s0"] is not None, DOT_PREC=L.dot_prec, TOK_PREC=L.fwd_prec, Y_PREC=L.dot_prec if epi else L.fwd_prec,
-        STATES=True, EPI_BWD=epi, num_warps=cfg.scan_warps, num_stages=cfg.stages)
-    return (sin, (dy, dz, dphip, dzetap, dnwp)) if epi else sin
+        R=L.R, BM=cfg.bm, BK=cfg.bk, BP=bp, HAS_D=False, HAS_Z=False, HAS_OUT=False, NORM=False, HAS_NW=False,
+        HAS_S0=t["s0"] is not None, DOT_PREC=L.dot_prec, TOK_PREC=L.fwd_prec, STATES=True,
+        num_warps=cfg.scan_warps, num_stages=cfg.stages)
+    return sin
 
 
 def forward(L: Launch, t):
@@ -332,13 +316,12 @@ def state_scan_bwd(L: Launch, t, dy, sin, dsfin):
     return dsend, ds0, dcend.sum(0)
 
 
-def backward(L: Launch, t, sin, dout, dsfin, epilogue=None):
-    """All kernel-side gradients (``epilogue``: the output epilogue's backward where :func:`scan_states` ran it).
-    Returns a dict."""
+def backward(L: Launch, t, sin, dout, dsfin):
+    """All kernel-side gradients. Returns a dict."""
     cfg, T = L.cfg, L.tables
     dev = t["v"].device
     f32 = torch.float32
-    dy, dz, dphip, dzetap, dnwp = epilogue if epilogue is not None else out_pass(L, t, sin, bwd=True, dout=dout)
+    dy, dz, dphip, dzetap, dnwp = out_pass(L, t, sin, bwd=True, dout=dout)
     if uses_scan_dstates(L):
         dsend, ds0, dcend = state_scan_bwd(L, t, dy, sin, dsfin)
     else:
@@ -426,19 +409,16 @@ def aot_kernel_launches(cfg: MimoConfig, headdim: int, dtype, arch: int, dstate:
             dict(R=R, BM=cfg.bm, BK=cfg.bk, BP=BP, HAS_D=True, HAS_Z=True, HAS_OUT=True, NORM=True, HAS_NW=True,
                  BWD=bwd, ONE_K=N2 <= cfg.bk, DOT_PREC=prec, TOK_PREC=prec if bwd else fwd_prec, **common_w)))
     if cfg.scan_fwd:  # with the fused RMSNorm where the block holds all of P
-        modes = ["fwd"] + (["states"] if cfg.scan_states else []) + (["states-dy"] if cfg.scan_dy else [])
-        for mode in modes:
-            states, y = mode != "fwd", mode != "states"
-            bps = scan_block_p(cfg, P, norm=mode == "states-dy")
+        bps = scan_block_p(cfg, P, norm=False)
+        for states in (False, True) if cfg.scan_states else (False,):
             out.append(KernelLaunch(
-                f"mimo_scan_out_kernel[bp{bps}-w{cfg.scan_warps}{'' if mode == 'fwd' else '-' + mode}]-{tag}",
+                f"mimo_scan_out_kernel[bp{bps}-w{cfg.scan_warps}{'-states' if states else ''}]-{tag}",
                 mimo_scan_out_kernel,
-                (q, q, v, f, f, f, f, f, f, f, f, f, f, v, f, f, v, f, f, v, f, v, f, f, f,
-                 i32(16), i32(16), i32(16), 64, TT, H, H // G, G, N2, A, P, 1e-5),
-                dict(R=R, BM=cfg.bm, BK=cfg.bk, BP=bps, HAS_D=y, HAS_Z=y, HAS_OUT=y, NORM=bps >= BP and y,
-                     HAS_NW=bps >= BP and y, HAS_S0=True, DOT_PREC=prec, TOK_PREC=fwd_prec,
-                     Y_PREC=prec if mode == "states-dy" else fwd_prec, STATES=states, EPI_BWD=mode == "states-dy",
-                     num_warps=cfg.scan_warps, num_stages=cfg.stages)))
+                (q, q, v, f, f, f, f, f, f, f, f, f, f, v, f, f, v, f, f, i32(16), i32(16), i32(16), 64, TT, H, H // G,
+                 G, N2, A, P, 1e-5),
+                dict(R=R, BM=cfg.bm, BK=cfg.bk, BP=bps, HAS_D=not states, HAS_Z=not states, HAS_OUT=not states,
+                     NORM=bps >= BP and not states, HAS_NW=bps >= BP and not states, HAS_S0=True, DOT_PREC=prec,
+                     TOK_PREC=fwd_prec, STATES=states, num_warps=cfg.scan_warps, num_stages=cfg.stages)))
     if cfg.scan_dstates:
         bps = min(cfg.bp_state, BP)
         out.append(KernelLaunch(
