@@ -81,9 +81,10 @@ if has bench; then
     pack
   done
 fi
-if has sweeps; then  # defaults: the MIMO scan forward (MimoConfig.scan_variant, forced) against the chunked
-  # forward (-st2); the default SISO tiles alone at B8 re-time the README's row
-  SWEEP_MIMO=${SWEEP_MIMO-scan/,st2/}
+if has sweeps; then  # defaults: the MIMO scan forward (MimoConfig.scan_variant, forced) with and without the
+  # bwd16_dqk candidate (-scan-dv16: tf32 dq / dk beside the 16-bit dv) against the chunked forward (-st2); the
+  # default SISO tiles alone at B8 re-time the README's row
+  SWEEP_MIMO=${SWEEP_MIMO-scan/,scan-dv16/,st2/}
   SWEEP_SISO=${SWEEP_SISO-bf16-joined-c64-w4/8}
   if [ -n "$SWEEP_MIMO" ]; then
     timeout 400 python3 benchmarks/bench_mimo.py --shapes none --sweep --only="$SWEEP_MIMO" --out "$OUT/mimo_sweep.json" \

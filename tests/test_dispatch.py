@@ -136,3 +136,32 @@ def test_mimo_backward_tiles_follow_the_dtype():
     tf32 = dataclasses.replace(cfg, bwd_dots16=False)
     assert tf32.for_dtype(torch.bfloat16) is tf32 and "mimo_bwd_dv_kernel[16-bit]" not in smem_estimates(tf32, 64)
     assert MimoConfig(bwd_dots16=True).for_dtype(torch.bfloat16).bk_bwd == 32  # bk_bwd16 unset: bk_bwd
+
+
+def test_mimo_dv_alone_on_16bit_dots():
+    """``MimoConfig.bwd16_dqk`` off: for 16-bit inputs the dv kernel takes 16-bit dots on ``bk_bwd16`` blocks while
+    the dq and dk kernels keep tf32 dots on ``bk_bwd`` blocks; fp32 inputs run both at ``bk_bwd``."""
+    import dataclasses
+
+    import torch
+
+    from mamba3.ops.mimo.configs import MimoConfig, smem_estimates
+    from mamba3.ops.mimo.launch import aot_kernel_launches, dot_precisions, dqk_precision
+
+    cfg = MimoConfig(bk_bwd=32, bwd_dots16=True, bk_bwd16=64, bwd16_dqk=False)
+    bf16 = cfg.for_dtype(torch.bfloat16)
+    assert (bf16.bk_bwd, bf16.dv_block) == (32, 64)
+    assert (cfg.for_dtype(torch.float32).bk_bwd, cfg.for_dtype(torch.float32).dv_block) == (32, 32)
+    dot_prec, _fwd, bwd_prec = dot_precisions(torch.bfloat16, bf16)
+    assert (dqk_precision(bf16, dot_prec, bwd_prec), bwd_prec) == ("tf32", "bf16")
+    both = dataclasses.replace(cfg, bwd16_dqk=True)
+    assert dqk_precision(both, dot_prec, bwd_prec) == "bf16" and both.for_dtype(torch.bfloat16).dv_block == 64
+    est, est_both = smem_estimates(cfg, 64), smem_estimates(both, 64)
+    # the 16-bit entries: dv at 2 bytes per operand on 64-column blocks in both; dq/dk at 4 bytes on 32 columns here
+    assert est["mimo_bwd_dv_kernel[16-bit]"] == est_both["mimo_bwd_dv_kernel[16-bit]"]
+    assert est["mimo_bwd_dqk_kernel[16-bit]"] == est["mimo_bwd_dqk_kernel"]
+    metas = {x.name.split("-")[0]: x.meta for x in aot_kernel_launches(cfg, 64, torch.bfloat16, 90,
+                                                                        kernels=("mimo_bwd",))}
+    assert {k: (m["BK"], m["DOT_PREC"]) for k, m in metas.items()} == {
+        "mimo_bwd_dqk_kernel[dq]": (32, "tf32"), "mimo_bwd_dqk_kernel[dk]": (32, "tf32"),
+        "mimo_bwd_dv_kernel": (64, "bf16")}

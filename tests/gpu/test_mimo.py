@@ -173,6 +173,8 @@ def _bwd16_params():
                      else [])
             params.append(pytest.param(p, dataclasses.replace(cfg32, bk_bwd16=64), marks=marks,
                                        id=f"{p}-{cfg.name}-bk64"))
+        if cfg.bwd_dots16 and cfg.bk_bwd16:  # the bwd16_dqk candidate: tf32 dq / dk beside the 16-bit dv
+            params.append(pytest.param(p, dataclasses.replace(cfg, bwd16_dqk=False), id=f"{p}-{cfg.name}-dv16"))
     return params
 
 

@@ -108,15 +108,17 @@ def test_public_api_routes_to_kernels():
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
-@pytest.mark.parametrize("dstate,bk_bwd16", [(16, 0), (64, 0), (64, 32)])
-def test_16bit_backward_dots(dtype, dstate, bk_bwd16):
+@pytest.mark.parametrize("dstate,bk_bwd16,bwd16_dqk", [(16, 0, True), (64, 0, True), (64, 32, True),
+                                                       (64, 32, False)])
+def test_16bit_backward_dots(dtype, dstate, bk_bwd16, bwd16_dqk):
     """``MimoConfig.bwd_dots16``: the backward's dots on 16-bit operands (q̃ / k̃ split in hi + lo in the dq / dk
     products; a bf16 dy where bf16 dots read it), every feature on; N = 64 with 16-column pair blocks runs the
-    dq / dk kernels over several blocks and the dv kernel's looped path, with ``bk_bwd16`` = 32 one block."""
+    dq / dk kernels over several blocks and the dv kernel's looped path, with ``bk_bwd16`` = 32 one block; without
+    ``bwd16_dqk`` the dq / dk kernels keep tf32 dots on their 16-column blocks beside the 16-bit dv on 32."""
     from mamba3.ops.mimo.configs import MimoConfig
 
     cfg = MimoConfig(bm=16, bm_bwd=16, bk=16, bk_bwd=16, state_tiles=2, bp_state=16, warps=4, warps_bwd=4,
-                     state_warps=4, bwd_dots16=True, bk_bwd16=bk_bwd16, name="tiny-bwd16")
+                     state_warps=4, bwd_dots16=True, bk_bwd16=bk_bwd16, bwd16_dqk=bwd16_dqk, name="tiny-bwd16")
     _check(dtype, config=cfg, bsz=1, seqlen=19, nheads=2, ngroups=1, dstate=dstate, headdim=16, rank=2,
            states=True, rms_norm=True)
 

@@ -79,6 +79,14 @@ class MimoConfig:
         more spills (AOT, bf16, P = 64, 4 warps, dq / dk / dv: 1156 / 828 / 108 B on sm_90 and 1200 / 708 / 140 B on
         sm_86, against 132 / 156 / 168 and 128 / 52 / 100 B with tf32 dots at 32; shared memory ≤ 25.6 KB). fp32
         inputs keep ``bk_bwd`` (at 64 they spill 2-31 KB per thread). :meth:`for_dtype` resolves it.
+    bwd16_dqk: with ``bwd_dots16``, whether the dq and dk kernels take 16-bit dots on ``bk_bwd16`` blocks too (True)
+        or keep tf32 dots on ``bk_bwd`` blocks, the dv kernel alone running 16-bit on ``bk_bwd16`` blocks (False: a
+        candidate, not timed end to end). H200, P = 64, bf16, B8 T4096, per kernel of one forward+backward
+        (twenty-sixth session, torch.profiler): dq + dk 9.78 ms at tf32 on 32-column blocks, 10.35 at 16 bits on 64;
+        dv 6.19 → 4.04. Both binaries are the ones the H200 tests ran right (tf32 dq/dk at 32 columns: P = 64's
+        default before that session; 16-bit dv at 64 columns: its default since).
+    bk_dv: the dv kernel's N-pair block where it differs from ``bk_bwd`` (0: ``bk_bwd``): set by :meth:`for_dtype`
+        from ``bk_bwd16`` when ``bwd16_dqk`` is off; read through :attr:`dv_block`.
     scan_fwd: the forward (not the backward's recompute) as one walk per (sequence, head, P block) over its state
         chunks, the state held in registers (``mimo_scan_out_kernel``), in place of the chunk-state, state-passing
         and output kernels, between which the fp32 state of every state chunk crosses DRAM four or five times
@@ -123,6 +131,8 @@ class MimoConfig:
     fwd_dots16: bool = True
     bwd_dots16: bool = False
     bk_bwd16: int = 0
+    bwd16_dqk: bool = True
+    bk_dv: int = 0
     scan_fwd: bool | None = False
     scan_bp: int = 0
     scan_warps: int = 8
@@ -146,8 +156,13 @@ class MimoConfig:
         """The tiles the kernels run for inputs of ``dtype``: the backward's N-pair blocks ``bk_bwd16`` wide where
         its 16-bit dots apply."""
         if dtype != torch.float32 and self.bwd_dots16 and self.bk_bwd16:
-            return replace(self, bk_bwd=self.bk_bwd16)
+            return replace(self, **{"bk_bwd" if self.bwd16_dqk else "bk_dv": self.bk_bwd16})
         return self
+
+    @property
+    def dv_block(self) -> int:
+        """The dv kernel's N-pair block: ``bk_dv`` where set, else ``bk_bwd``."""
+        return self.bk_dv or self.bk_bwd
 
     def for_chunk(self, rank: int, chunk_size: int | None) -> "MimoConfig":
         """The tile for this rank, capped by the caller's chunk_size (tokens): at least 16 rows (tl.dot's
@@ -249,21 +264,24 @@ def smem_estimates(cfg: MimoConfig, headdim: int) -> dict[str, int]:
         "mimo_out_kernel": 4 * (2 * bm * bk + bm * bm + bm * bp + bm * bk + bk * bp),
         # [BP,BM]·[BM,BK]
         "mimo_chunk_state_kernel": 4 * (bps * bm + bm * bk),
-        **_bwd_operands(cfg.bm_bwd, cfg.bk_bwd, bp, 4, ""),
+        **_bwd_operands(cfg.bm_bwd, cfg.bk_bwd, cfg.dv_block, bp, 4, 4, ""),
         "mimo_state_bwd_kernel": 1024,
     }
     cfg16 = cfg.for_dtype(torch.bfloat16)
-    if cfg16.bk_bwd != cfg.bk_bwd:
-        est.update(_bwd_operands(cfg16.bm_bwd, cfg16.bk_bwd, bp, 2, "[16-bit]"))
+    if (cfg16.bk_bwd, cfg16.dv_block) != (cfg.bk_bwd, cfg.dv_block):
+        est.update(_bwd_operands(cfg16.bm_bwd, cfg16.bk_bwd, cfg16.dv_block, bp, 2 if cfg.bwd16_dqk else 4, 2,
+                                 "[16-bit]"))
     return est
 
 
-def _bwd_operands(bb: int, bkb: int, bp: int, size: int, tag: str) -> dict[str, int]:
+def _bwd_operands(bb: int, bk_dqk: int, bk_dv: int, bp: int, size_dqk: int, size_dv: int,
+                  tag: str) -> dict[str, int]:
     return {
         # dP [BB,BP]·[BP,BB], state [BB,BP]·[BP,BK], (W∘dP) [BB,BB]·[BB,BK]
-        f"mimo_bwd_dqk_kernel{tag}": size * (2 * bb * bp + bp * bb + bp * bkb + bb * bb + bb * bkb),
+        f"mimo_bwd_dqk_kernel{tag}": size_dqk * (2 * bb * bp + bp * bb + bp * bk_dqk + bb * bb + bb * bk_dqk),
         # state [BB,BK]·[BK,BP], scores [BB,BK]·[BK,BB], dP [BB,BP]·[BP,BB], value [BB,BB]·[BB,BP]
-        f"mimo_bwd_dv_kernel{tag}": size * (bb * bkb + bkb * bp + 2 * bb * bkb + 2 * bb * bp + bb * bb + bb * bp),
+        f"mimo_bwd_dv_kernel{tag}": size_dv * (bb * bk_dv + bk_dv * bp + 2 * bb * bk_dv + 2 * bb * bp + bb * bb
+                                               + bb * bp),
     }
 
 
@@ -312,7 +330,8 @@ def aot_launches(arch: int):
     The state-passing and angle kernels use no dots (shared memory only for reduction / scan scratch) and are
     listed once (the angle kernels at A = 32 and A = 128, their two block shapes' extremes). A configuration
     whose scan forward the launcher may pick (``scan_fwd`` None) adds that kernel for 16-bit inputs (the only ones
-    ``for_grid`` picks it for), with the backward's state-pass scans.
+    ``for_grid`` picks it for), with the backward's state-pass scans; one with 16-bit backward dots on ``bk_bwd16``
+    blocks adds the dq / dk kernels of its ``bwd16_dqk`` candidate (tf32 on ``bk_bwd`` blocks, 16-bit inputs).
     """
     from mamba3.dispatch import arch_spec
 
@@ -335,6 +354,9 @@ def aot_launches(arch: int):
             launches += aot_kernel_launches(cfg.scan_variant(),
                                             headdim=p, dtype=torch.bfloat16, arch=arch,
                                             kernels=("mimo_scan_out", "mimo_state_scan_bwd"))
+        if cfg.bwd_dots16 and cfg.bk_bwd16 and cfg.bwd16_dqk:  # the candidate: tf32 dq / dk beside the 16-bit dv
+            launches += aot_kernel_launches(replace(cfg, bwd16_dqk=False, name=f"{cfg.name}-dv16"), headdim=p,
+                                            dtype=torch.bfloat16, arch=arch, kernels=("mimo_bwd_dqk",))
         if i == 0:
             launches += aot_kernel_launches(cfg, headdim=p, dtype=torch.float32, arch=arch,
                                             kernels=("mimo_state", "mimo_angle"))

@@ -109,6 +109,7 @@ class Launch:
     dot_prec: str  # dots with fp32 operands (states, and every dot of the backward): "tf32x3" or "tf32"
     fwd_prec: str  # token-by-token dots of the forward (chunk states, scores, values): "bf16"/"fp16" for 16-bit inputs
     bwd_prec: str  # the dq, dk and dv kernels' dots: "bf16"/"fp16" for 16-bit inputs with cfg.bwd_dots16, else dot_prec
+    # (the dq and dk kernels: dot_prec where cfg.bwd16_dqk is off, see dqk_precision)
     eps: float
 
     @property
@@ -130,6 +131,11 @@ def dot_precisions(dtype, cfg: MimoConfig, precision: str = "ieee") -> tuple[str
     dt16 = {torch.bfloat16: "bf16", torch.float16: "fp16"}.get(dtype)
     fwd_prec = dt16 if dt16 is not None and cfg.fwd_dots16 else dot_prec
     return dot_prec, fwd_prec, (dt16 if dt16 is not None and cfg.bwd_dots16 else dot_prec)
+
+
+def dqk_precision(cfg: MimoConfig, dot_prec: str, bwd_prec: str) -> str:
+    """The dq and dk kernels' dot precision: the backward's (``bwd_prec``) unless ``cfg.bwd16_dqk`` is off."""
+    return bwd_prec if cfg.bwd16_dqk else dot_prec
 
 
 def chunk_states(L: Launch, mode: int, x, y, bias, rot, cs, scl, psi):
@@ -347,8 +353,8 @@ def backward(L: Launch, t, sin, dout, dsfin):
         mimo_bwd_dqk_kernel[(nkb, TB.nsc, L.G)](
             q, k, v, rot, cs, gam, scl, t["qb"], t["kb"], t["psi"], dy, sin, dsend, dx, dth, dcp, dxbp,
             TB.sc_start, TB.sc_end, TB.sc_bc, TB.bc_start, TB.bc_end, L.TT, L.H, L.HG, L.G, L.N2, L.A, L.P,
-            R=L.R, BM=cfg.bm_bwd, BK=cfg.bk_bwd, BP=L.BP, IS_K=is_k, DOT_PREC=L.bwd_prec,
-            num_warps=cfg.warps_bwd, num_stages=cfg.stages)
+            R=L.R, BM=cfg.bm_bwd, BK=cfg.bk_bwd, BP=L.BP, IS_K=is_k,
+            DOT_PREC=dqk_precision(cfg, L.dot_prec, L.bwd_prec), num_warps=cfg.warps_bwd, num_stages=cfg.stages)
     dv = torch.empty_like(v)
     dpsip = torch.empty(TB.nsc, L.H, L.R, L.P, device=dev, dtype=f32)
     ddp = torch.empty(TB.nsc, L.H, device=dev, dtype=f32)
@@ -358,7 +364,7 @@ def backward(L: Launch, t, sin, dout, dsfin):
         q, k, v, rot, cs, gam, scl, t["qb"], t["kb"], t["psi"], t["D"] if t["D"] is not None else cs, dy, dsend,
         dv, dpsip, ddp, dscl, dgam, dcv,
         TB.sc_start, TB.sc_end, TB.sc_bc, TB.bc_start, TB.bc_end, L.TT, L.H, L.HG, L.G, L.N2, L.A, L.P, nsl,
-        R=L.R, BM=cfg.bm_bwd, BK=cfg.bk_bwd, BP=L.BP, HAS_D=t["D"] is not None, ONE_K=L.N2 <= cfg.bk_bwd,
+        R=L.R, BM=cfg.bm_bwd, BK=cfg.dv_block, BP=L.BP, HAS_D=t["D"] is not None, ONE_K=L.N2 <= cfg.dv_block,
         DOT_PREC=L.bwd_prec,
         num_warps=cfg.warps_bwd, num_stages=cfg.stages)
     dcs = dcp.sum(0) + dcv.sum(0)
@@ -432,12 +438,13 @@ def aot_kernel_launches(cfg: MimoConfig, headdim: int, dtype, arch: int, dstate:
             f"mimo_bwd_dqk_kernel[{'dk' if is_k else 'dq'}]-{tag}", mimo_bwd_dqk_kernel,
             (q, q, v, f, f, f, f, f, f, f, f, f, f, q, f, f, f,
              i32(16), i32(16), i32(16), i32(16), i32(16), TT, H, H // G, G, N2, A, P),
-            dict(R=R, BM=cfg.bm_bwd, BK=cfg.bk_bwd, BP=BP, IS_K=is_k, DOT_PREC=bwd_prec, **bwd_w)))
+            dict(R=R, BM=cfg.bm_bwd, BK=cfg.bk_bwd, BP=BP, IS_K=is_k, DOT_PREC=dqk_precision(cfg, prec, bwd_prec),
+                 **bwd_w)))
     out.append(KernelLaunch(
         f"mimo_bwd_dv_kernel-{tag}", mimo_bwd_dv_kernel,
         (q, q, v, f, f, f, f, f, f, f, f, f, f, v, f, f, f, f, f,
          i32(16), i32(16), i32(16), i32(16), i32(16), TT, H, H // G, G, N2, A, P, 2),
-        dict(R=R, BM=cfg.bm_bwd, BK=cfg.bk_bwd, BP=BP, HAS_D=True, ONE_K=N2 <= cfg.bk_bwd, DOT_PREC=bwd_prec,
+        dict(R=R, BM=cfg.bm_bwd, BK=cfg.dv_block, BP=BP, HAS_D=True, ONE_K=N2 <= cfg.dv_block, DOT_PREC=bwd_prec,
              **bwd_w)))
     from .angles import aot_angle_launches
 
