@@ -12,10 +12,9 @@
 # `python -m mamba3 train eval`; KEEP_CKPT=1 keeps all) and every run's log and plot, and packs the sweep
 # directory into $OUT/sweep.tgz.part-aa, -ab, … (15 MiB pieces: the device transport returns at most 8 files of at
 # most 16 MiB; six paused d_model 64 runs made an 18 MB archive, which the twenty-seventh session lost that way).
-# Unpack it over the repository root (`cat sweep.tgz.part-* | tar xz`) and commit the new results.json files
-# (and, to resume on another machine, the paused runs' checkpoints with `git add -f`); to continue paused runs in the next
-# call, pass the sweep directory in the device call's `carry` (checkpoints are git-ignored, so they travel only
-# that way) and run the same command again.
+# Unpack it over the repository root (`cat sweep.tgz.part-* | tar xz`) and commit the new results.json files; to
+# continue paused runs in the next call, pass the sweep directory in the device call's `carry` (checkpoints are
+# git-ignored, so they travel only that way, or once committed with `git add -f`) and run the same command again.
 # Knobs (defaults = the paper's grid): D_MODELS=32,64 LRS=8 SEEDS=0 JOBS=8 STEPS=10000; extra args go to the
 # sweep, hence to every run (e.g. --dt-min 0.5 --dt-max 1), and `--variant 'NAME=ARGS'` (repeatable) runs the grid
 # once per variant in the same call and archive (one-factor studies: --variant 'nomlp=--mlp-ratio 0').
