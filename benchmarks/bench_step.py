@@ -110,13 +110,27 @@ def state_stream_ceilings(state: torch.Tensor, cfg: StepConfig) -> dict:
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--out", required=True)
+    ap.add_argument("--out", help="results JSON (the markdown table beside it)")
     ap.add_argument("--batch", type=int, default=128)
     ap.add_argument("--nheads", type=int, default=64)
     ap.add_argument("--dstate", type=int, default=128)
     ap.add_argument("--headdim", type=int, default=64)
     ap.add_argument("--no-sweep", action="store_true")
+    ap.add_argument("--profile", choices=("siso", "mimo"),
+                    help="only run the chosen step of this op five times (no timing, no results): for a profiler "
+                         "(scripts/profile_step.sh)")
     args = ap.parse_args()
+    if not (args.out or args.profile):
+        ap.error("--out is required (except with --profile)")
+    if args.profile:
+        siso = args.profile == "siso"
+        R = 1 if siso else 4
+        x = make(args.batch, args.nheads, 1, args.headdim, args.dstate, R, siso, torch.bfloat16)
+        cfg = choose_config(None, StepProblem(args.headdim, args.dstate, R, row_heads=args.batch * args.nheads))
+        for _ in range(5):
+            step_triton(*[x[n] for n in ORDER], siso=siso, config=cfg)
+        torch.cuda.synchronize()
+        return
     import triton.testing
 
     ceil = ceilings()
