@@ -58,6 +58,7 @@ class AotResult:
     n_spills: int | None  # spill-store bytes from the ptxas -v log (None unless compile_launch(..., spills=True))
     local: int | None = None  # local memory per thread (cuobjdump LOCAL:), bytes
     ttgir: str | None = None  # the TritonGPU IR (layouts), with compile_launch(..., ir=True)
+    sass: str | None = None  # cuobjdump -sass of the cubin, with compile_launch(..., sass=True)
 
     @property
     def total_shared(self) -> int:
@@ -91,17 +92,21 @@ def _unwrap(kernel, args: tuple, meta: dict):
     return kernel, meta
 
 
-def _cuobjdump_resources(cubin: bytes) -> dict[str, int]:
+def _cuobjdump(cubin: bytes, option: str) -> str:
     from triton import knobs
 
     with tempfile.NamedTemporaryFile(suffix=".cubin", delete=False) as f:
         f.write(cubin)
         path = f.name
     try:
-        out = subprocess.run([knobs.nvidia.cuobjdump.path, "--dump-resource-usage", path],
-                             check=True, capture_output=True, text=True).stdout
+        return subprocess.run([knobs.nvidia.cuobjdump.path, option, path], check=True, capture_output=True,
+                              text=True).stdout
     finally:
         os.unlink(path)
+
+
+def _cuobjdump_resources(cubin: bytes) -> dict[str, int]:
+    out = _cuobjdump(cubin, "--dump-resource-usage")
     res = {}
     for key in ("REG", "SHARED", "LOCAL", "STACK"):
         m = re.search(rf"\b{key}:(\d+)", out)
@@ -128,11 +133,13 @@ def _ptxas_spill_stores(ptx: str, arch: int, options) -> int:
     return max(stores) if stores else 0
 
 
-def compile_launch(launch: KernelLaunch, arch: int, *, spills: bool = False, ir: bool = False) -> AotResult:
+def compile_launch(launch: KernelLaunch, arch: int, *, spills: bool = False, ir: bool = False,
+                   sass: bool = False) -> AotResult:
     """Compile ``launch`` for compute capability ``arch`` exactly as the JIT would, without a GPU.
 
     ``spills=True`` re-runs ptxas -v on the PTX to count spill-store bytes (about one more ptxas run);
-    ``ir=True`` keeps the TritonGPU IR (``AotResult.ttgir``).
+    ``ir=True`` keeps the TritonGPU IR (``AotResult.ttgir``); ``sass=True`` the disassembly
+    (``AotResult.sass``, read with :mod:`mamba3.testing.sass`).
     Compiled kernels go to Triton's cache (TRITON_CACHE_DIR), so repeating a compile is cheap.
     """
     if arch not in OPTIN_SMEM:
@@ -166,4 +173,5 @@ def compile_launch(launch: KernelLaunch, arch: int, *, spills: bool = False, ir:
         n_spills=n_spills,
         local=res.get("LOCAL"),
         ttgir=compiled.asm["ttgir"] if ir else None,
+        sass=_cuobjdump(compiled.asm["cubin"], "-sass") if sass else None,
     )

@@ -1,0 +1,46 @@
+"""Reading the SASS of an AOT-compiled kernel (``compile_launch(..., sass=True)``): its loops, and where in a loop's
+body given instructions issue. ptxas schedules loads where register pressure lets it, not where the Triton source
+puts them, so a prefetch written at the top of a loop can issue at its end (the decode step's streaming loop,
+docs/performance.md, twenty-seventh session); these helpers let a test pin such a schedule."""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+_INSTRUCTION = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(.*?)\s*;")
+_BRANCH = re.compile(r"\bBRA\b.*?(0x[0-9a-f]+)")
+
+
+@dataclass(frozen=True)
+class Loop:
+    start: int                 # address of the loop's first instruction (the backward branch's target)
+    end: int                   # address of the backward branch
+    body: tuple[str, ...]      # the instructions from start to end, predicates included
+
+
+def instructions(sass: str) -> list[tuple[int, str]]:
+    """(address, instruction) in program order."""
+    return [(int(m.group(1), 16), m.group(2)) for m in _INSTRUCTION.finditer(sass)]
+
+
+def loops(sass: str) -> list[Loop]:
+    """Every backward branch's loop, in program order (nested loops overlap)."""
+    ins = instructions(sass)
+    out = []
+    for addr, text in ins:
+        m = _BRANCH.search(text)
+        if m and int(m.group(1), 16) < addr:
+            start = int(m.group(1), 16)
+            out.append(Loop(start, addr, tuple(t for a, t in ins if start <= a <= addr)))
+    return out
+
+
+def positions(loop: Loop, opcode: str) -> list[int]:
+    """Indices in ``loop.body`` of the instructions whose opcode (after any predicate) is ``opcode`` or starts
+    with ``opcode.``, e.g. "LDG.E.EF.128" (16-byte evict-first global loads) or "STG"."""
+    out = []
+    for i, text in enumerate(loop.body):
+        op = re.sub(r"^@!?U?P\w+\s+", "", text).split()[0]
+        if op == opcode or op.startswith(opcode + "."):
+            out.append(i)
+    return out
