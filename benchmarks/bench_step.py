@@ -177,7 +177,7 @@ def main():
                        **errors_against_float64(x, siso, cfg))
             if cfg == chosen and siso:
                 siso_ms = ms
-            if cfg == chosen and not siso and siso_ms:
+            if not siso and siso_ms:  # every MIMO row against the chosen SISO step
                 row["vs_siso"] = ms / siso_ms
             if cfg == chosen:
                 row.update(state_stream_ceilings(x["ssm_state"], cfg))
