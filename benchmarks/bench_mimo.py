@@ -45,7 +45,23 @@ def main():
     ap.add_argument("--sweep-batch", type=int, default=8, choices=(1, 2, 4, 8),
                     help="with --sweep: the batch of the variants' shape, at T = 32768 / batch (the scan forward's "
                          "parallelism is batch × heads, so B=1 is where it would lose)")
+    ap.add_argument("--profile", action="store_true",
+                    help="only run the B=8 T=4096 bf16 forward+backward of the chosen configuration three times (no "
+                         "timing, no results): for a profiler (scripts/profile_kernels.sh)")
     ns = ap.parse_args()
+    if ns.profile:
+        from mamba3.ops.mimo.check import call
+        from mamba3.ops.mimo.function import mimo_triton
+        from mamba3.testing.inputs import tensor_leaves
+
+        args = make_args(8, 4096)
+        leaves = [x.requires_grad_(True) for _, x in tensor_leaves(args)]
+        dout = torch.randn(8, 4096, 32, 64, device="cuda", dtype=torch.bfloat16)
+        for _ in range(3):
+            out = call(mimo_triton, args, chunk_size=16, precision="ieee")[0]
+            torch.autograd.grad(out, leaves, dout, allow_unused=True)
+        torch.cuda.synchronize()
+        return
 
     from benchmarks.common import bench_ms, kernel_breakdown, write_results
     from mamba3.dispatch import device_spec

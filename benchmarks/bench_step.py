@@ -120,7 +120,7 @@ def main():
                     help="the chosen tiles and their candidate variants only (MIMO streaming rows: early_out)")
     ap.add_argument("--profile", choices=("siso", "mimo"),
                     help="only run the chosen step of this op five times (no timing, no results): for a profiler "
-                         "(scripts/profile_step.sh)")
+                         "(scripts/profile_kernels.sh)")
     args = ap.parse_args()
     if not (args.out or args.profile):
         ap.error("--out is required (except with --profile)")

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Nsight Compute profiles (`--set full`, with per-instruction stall samples) of the kernels that hold the speed
+# targets back. Usage on the device machine: OUT=/some/dir [WHAT="step mimo"] bash scripts/profile_kernels.sh
+#   step   the decode step's state kernel, SISO and MIMO R=4 (bench_step.py's shape: batch 128, H 64, P 64, N 128,
+#          bf16 inputs, fp32 states; its fourth launch, warm), to find what holds MIMO at ≈ 82 % of copy bandwidth
+#          where SISO runs at 94 % (docs/performance.md, twenty-seventh session)                          (≈ 1 min)
+#   mimo   the MIMO forward+backward's tile kernels at issue 4's shape (B8 T4096 bf16; bench_mimo.py --profile runs
+#          three forward+backwards: the second one's six matching launches — the scan forward, its states-only
+#          walk, the output kernel's backward, dq, dk, dv — are profiled)                                (≈ 3 min)
+# Writes per target: <name>.ncu-rep (open with ncu-ui), <name>.txt (every section: occupancy, warp stall reasons,
+# memory) and <name>_sass.csv (per-instruction stall samples of the SASS). ncu locks the SM clock, so its durations
+# run ≈ 1.3× the benchmarks'.
+set -uo pipefail
+OUT=${OUT:?set OUT}
+NCU=${NCU:-/usr/local/cuda/bin/ncu}
+WHAT=${WHAT:-step mimo}
+export PYTHONPATH=.${PYTHONPATH:+:$PYTHONPATH}
+mkdir -p "$OUT"
+status=0
+profile() {  # profile NAME KERNEL_REGEX SKIP COUNT COMMAND...
+  local name=$1 regex=$2 skip=$3 count=$4; shift 4
+  "$NCU" --set full --import-source yes --kernel-name "regex:$regex" --launch-skip "$skip" --launch-count "$count" \
+    -f -o "$OUT/$name" "$@" > "$OUT/ncu_$name.log" 2>&1 || status=1
+  "$NCU" -i "$OUT/$name.ncu-rep" --page details > "$OUT/$name.txt" 2>&1 || status=1
+  "$NCU" -i "$OUT/$name.ncu-rep" --page source --csv --print-source sass > "$OUT/${name}_sass.csv" 2>&1 || status=1
+  grep -E "^  [a-z_0-9]+_kernel|Duration|Registers Per|Achieved Occupancy|DRAM Throughput|Issue Slots Busy|No Eligible" \
+    "$OUT/$name.txt" | sed "s/^/$name: /"
+}
+for what in $WHAT; do
+  case $what in
+    step)
+      for op in siso mimo; do
+        profile "step_$op" '^mamba3_step_kernel$' 3 1 python3 benchmarks/bench_step.py --profile "$op"
+      done ;;
+    mimo)
+      profile mimo_b8 '^mimo_(scan_out|out|bwd_dqk|bwd_dv)_kernel$' 6 6 python3 benchmarks/bench_mimo.py --profile ;;
+    *) echo "unknown target $what" >&2; status=1 ;;
+  esac
+done
+exit $status
