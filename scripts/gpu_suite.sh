@@ -83,8 +83,9 @@ if has bench; then
 fi
 if has sweeps; then  # defaults: the decode step's early_out candidate (two runs), the MIMO scan forward
   # (MimoConfig.scan_variant, forced) with and without the bwd16_dqk candidate (-scan-dv16: tf32 dq / dk beside the
-  # 16-bit dv) against the chunked forward (-st2); the default SISO tiles alone at B8 re-time the README's row
-  SWEEP_MIMO=${SWEEP_MIMO-scan/,scan-dv16/,st2/}
+  # 16-bit dv) and the scan_gather one (-scan-gather) against the chunked forward (-st2); the default SISO tiles
+  # alone at B8 re-time the README's row
+  SWEEP_MIMO=${SWEEP_MIMO-scan/,scan-dv16/,scan-gather/,st2/}
   SWEEP_SISO=${SWEEP_SISO-bf16-joined-c64-w4/8}
   SWEEP_STEP=${SWEEP_STEP-2}  # runs of bench_step.py --only-candidates at batch 128 (the early_out candidate; 0 skips)
   for i in $(seq 1 "${SWEEP_STEP:-0}"); do

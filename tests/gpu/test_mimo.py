@@ -115,9 +115,10 @@ def _scan_variants():
     from mamba3.ops.mimo.configs import CONFIGS
 
     scans = [cfg.scan_variant() for cfgs in CONFIGS.values() for cfg in cfgs if cfg.scan_fwd is None]
-    # and the scan forward with the backward's chunked state passes (scan_states, scan_dstates off)
+    # and the scan forward with the backward's chunked state passes (scan_states, scan_dstates off), and with the
+    # scan_gather candidate (operands loaded per row)
     return scans + [dataclasses.replace(c, scan_states=False, scan_dstates=False, name=f"{c.name}-chunked-passes")
-                    for c in scans]
+                    for c in scans] + [dataclasses.replace(c, scan_gather=True, name=f"{c.name}-gather") for c in scans]
 
 
 @pytest.mark.parametrize("cfg", _scan_variants(), ids=lambda c: c.name)

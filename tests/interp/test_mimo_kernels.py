@@ -182,6 +182,23 @@ def test_scan_forward_p_blocks_varlen(with_out, scan_calls):
     assert scan_calls
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+def test_scan_gather_is_bit_identical(dtype, scan_calls):
+    """``MimoConfig.scan_gather``: the scan kernel's operands loaded per row are the values it otherwise loads per
+    token or rank and broadcasts, so every error against float64 is the same number, in both walks (forward and the
+    backward's states-only walk), over two P blocks, packed sequences, input states and GQA."""
+    import dataclasses
+
+    from mamba3.ops.mimo.configs import MimoConfig
+
+    cfg = MimoConfig(**SCAN, scan_bp=16, scan_states=True, name="tiny-scan-bp16")
+    kw = dict(bsz=1, seqlen=17, nheads=4, ngroups=2, dstate=16, headdim=24, rank=2, states=True,
+              cu_seqlens=[0, 1, 14, 17])
+    errs = _check(dtype, config=cfg, **kw)
+    assert _check(dtype, config=dataclasses.replace(cfg, scan_gather=True), **kw) == errs
+    assert len(scan_calls) == 2
+
+
 @pytest.mark.parametrize("flags", [dict(scan_states=True), dict(scan_dstates=True),
                                    dict(scan_states=True, scan_dstates=True)], ids=["states", "dstates", "both"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])

@@ -79,6 +79,13 @@ class MimoConfig:
         more spills (AOT, bf16, P = 64, 4 warps, dq / dk / dv: 1156 / 828 / 108 B on sm_90 and 1200 / 708 / 140 B on
         sm_86, against 132 / 156 / 168 and 128 / 52 / 100 B with tf32 dots at 32; shared memory ≤ 25.6 KB). fp32
         inputs keep ``bk_bwd`` (at 64 they spill 2-31 KB per thread). :meth:`for_dtype` resolves it.
+    scan_gather: the scan kernel (forward walk and states-only walk) loads its per-token and per-rank operands (sin /
+        cos, biases, v, ψ, z) once per tile row instead of once per token or rank broadcast through reshapes, each of
+        which Triton lowers to a layout conversion through shared memory. The same values, hence bit-identical
+        results. AOT sm_90, bf16, P = 64, per chunk: the forward walk's barriers 56 → 39, instructions 2027 → 1922,
+        spill reloads 31 → 8 (spills 208 → 88 B), global loads 57 → 82; the states-only walk's barriers 18 → 7,
+        instructions 586 → 611. A candidate, not timed. (The same change in the chunk-parallel kernels trades their
+        barriers for spills: dq 74 → 42 barriers but 189 → 361 reloads per head.)
     bwd16_dqk: with ``bwd_dots16``, whether the dq and dk kernels take 16-bit dots on ``bk_bwd16`` blocks too (True)
         or keep tf32 dots on ``bk_bwd`` blocks, the dv kernel alone running 16-bit on ``bk_bwd16`` blocks (False: a
         candidate, not timed end to end). H200, P = 64, bf16, B8 T4096, per kernel of one forward+backward
@@ -138,6 +145,7 @@ class MimoConfig:
     scan_warps: int = 8
     scan_states: bool = False
     scan_dstates: bool = False
+    scan_gather: bool = False
     name: str = "default"
 
     def __post_init__(self):
@@ -354,6 +362,9 @@ def aot_launches(arch: int):
             launches += aot_kernel_launches(cfg.scan_variant(),
                                             headdim=p, dtype=torch.bfloat16, arch=arch,
                                             kernels=("mimo_scan_out", "mimo_state_scan_bwd"))
+        if cfg.scan_fwd is None and not cfg.scan_gather:  # the scan_gather candidate's two walks
+            launches += aot_kernel_launches(replace(cfg.scan_variant(), scan_gather=True, name=f"{cfg.name}-gather"),
+                                            headdim=p, dtype=torch.bfloat16, arch=arch, kernels=("mimo_scan_out",))
         if cfg.bwd_dots16 and cfg.bk_bwd16 and cfg.bwd16_dqk:  # the candidate: tf32 dq / dk beside the 16-bit dv
             launches += aot_kernel_launches(replace(cfg, bwd16_dqk=False, name=f"{cfg.name}-dv16"), headdim=p,
                                             dtype=torch.bfloat16, arch=arch, kernels=("mimo_bwd_dqk",))

@@ -29,7 +29,8 @@ from .tiles import (dot_operand, load_rank_p, load_rows_p, load_state_pair, load
 
 @triton.jit
 def norm_gate(y, Zp, ZETAp, NWp, sv_t, tok0, ntok, r, valid, P, PV, eps, R: tl.constexpr, BM: tl.constexpr,
-              BP: tl.constexpr, HAS_Z: tl.constexpr, NORM: tl.constexpr, HAS_NW: tl.constexpr):
+              BP: tl.constexpr, HAS_Z: tl.constexpr, NORM: tl.constexpr, HAS_NW: tl.constexpr,
+              GATHER: tl.constexpr = False):
     """The output epilogue's RMSNorm over P (all of P in the tile) and gate of y [BM, BP]: (n, rstd, nw, zt, zz, σ,
     gate, o) with n the normed y and o = n ⊙ gate; the pieces the epilogue backward reuses, zeros where a feature
     is off. Zp / ZETAp / NWp point at column 0 of this tile's P block of z[·, h], ζ[h], w[h]; PV columns valid."""
@@ -51,7 +52,7 @@ def norm_gate(y, Zp, ZETAp, NWp, sv_t, tok0, ntok, r, valid, P, PV, eps, R: tl.c
     sg = tl.zeros_like(y)
     gate = tl.zeros_like(y)
     if HAS_Z:
-        zt = load_tok_rows(Zp, sv_t, tok0, ntok, PV, R, BM, BP)
+        zt = load_tok_rows(Zp, sv_t, tok0, ntok, PV, R, BM, BP, GATHER)
         zz = zt * load_rank_p(ZETAp, r, valid, P, PV, BP)
         sg = fast_sigmoid(zz)
         gate = zz * sg
@@ -249,7 +250,7 @@ def mimo_scan_out_kernel(Q, K, V, ROT, CS, GAM, SCL, QB, KB, PSI, ZETA, PHI, DD,
                          R: tl.constexpr, BM: tl.constexpr, BK: tl.constexpr, BP: tl.constexpr,
                          HAS_D: tl.constexpr, HAS_Z: tl.constexpr, HAS_OUT: tl.constexpr, NORM: tl.constexpr,
                          HAS_NW: tl.constexpr, HAS_S0: tl.constexpr, DOT_PREC: tl.constexpr,
-                         TOK_PREC: tl.constexpr, STATES: tl.constexpr = False):
+                         TOK_PREC: tl.constexpr, STATES: tl.constexpr = False, GATHER: tl.constexpr = False):
     """The whole forward of one (sequence, head, P block) in one walk over the sequence's state chunks, each one
     token tile (grid: (P blocks, sequences, H); ``MimoConfig.scan_fwd``). The state S (P block × N, fp32, as its two
     [BP, BK] pair halves) stays in registers: per chunk, y_i = e^{c_i}·S q̃_i + Σ_{j ≤ i} W_ij (q̃_i·k̃_j) ṽ_j + D ṽ_i,
@@ -260,6 +261,7 @@ def mimo_scan_out_kernel(Q, K, V, ROT, CS, GAM, SCL, QB, KB, PSI, ZETA, PHI, DD,
 
     STATES (the backward's recompute, ``MimoConfig.scan_states``): no outputs and no final state; the state entering
     each state chunk goes to SIN (state chunks, H, P, N), as the chunk-state kernel and the state pass give it.
+    GATHER (``MimoConfig.scan_gather``): the per-token and per-rank operands loaded per row (:func:`rot_pair`).
     (Running the output epilogue's backward in that walk as well, in place of the output kernel's backward pass, was
     timed on the H200 in the twenty-seventh session: 34.5 against 30.7 ms forward+backward at B8 T4096; removed.)"""
     pb = tl.program_id(0)
@@ -291,21 +293,21 @@ def mimo_scan_out_kernel(Q, K, V, ROT, CS, GAM, SCL, QB, KB, PSI, ZETA, PHI, DD,
         if not STATES:
             # inter-chunk: e^{c_i}·S q̃_i (the state as the chunked path's output kernel takes it: fp32 at DOT_PREC);
             # q̃ and k̃ are then held as the in-chunk dots take them (16-bit for 16-bit TOK_PREC: half the registers)
-            q1, q2, _c, _s = rot_pair(Qg, sq_t, sq_r, QBh, ROTh, srot_t, tok0, ntok, 0, N2, A, R, BM, BK)
+            q1, q2, _c, _s = rot_pair(Qg, sq_t, sq_r, QBh, ROTh, srot_t, tok0, ntok, 0, N2, A, R, BM, BK, GATHER)
             acc = tl.zeros((BM, BP), dtype=tl.float32)
             acc = mdot(q1, tl.trans(s1), acc, DOT_PREC)
             acc = mdot(q2, tl.trans(s2), acc, DOT_PREC)
             acc = acc * fast_exp(ci)[:, None]
             q1 = dot_operand(q1, TOK_PREC)
             q2 = dot_operand(q2, TOK_PREC)
-        k1, k2, _c2, _s2 = rot_pair(Kg, sq_t, sq_r, KBh, ROTh, srot_t, tok0, ntok, 0, N2, A, R, BM, BK)
+        k1, k2, _c2, _s2 = rot_pair(Kg, sq_t, sq_r, KBh, ROTh, srot_t, tok0, ntok, 0, N2, A, R, BM, BK, GATHER)
         k1 = dot_operand(k1, TOK_PREC)
         k2 = dot_operand(k2, TOK_PREC)
         if not STATES:  # in-chunk
             s_ij = tl.zeros((BM, BM), dtype=tl.float32)
             s_ij = mdot(q1, tl.trans(k1), s_ij, TOK_PREC)
             s_ij = mdot(q2, tl.trans(k2), s_ij, TOK_PREC)
-        vt = vtilde(V + h * P + p0, sv_t, PSI + h * R * P + p0, P, tok0, ntok, PV, R, BM, BP)  # [BM, BP]
+        vt = vtilde(V + h * P + p0, sv_t, PSI + h * R * P + p0, P, tok0, ntok, PV, R, BM, BP, GATHER)  # [BM, BP]
         if STATES:  # the state entering chunk bc (none from an idle iteration)
             store_state_pair(SIN + (bc * H + h).to(tl.int64) * P * (2 * N2) + p0 * (2 * N2), s1, s2, 0, N2,
                              tl.where(live, PV, 0), BP, BK)
@@ -316,7 +318,7 @@ def mimo_scan_out_kernel(Q, K, V, ROT, CS, GAM, SCL, QB, KB, PSI, ZETA, PHI, DD,
                 acc += tl.load(DD + h).to(tl.float32) * vt
             _n, _rstd, _nw, _zt, _zz, _sg, _gate, o = norm_gate(acc, Z + h * P + p0, ZETA + h * R * P + p0,
                                                                 NW + h * P + p0, sv_t, tok0, ntok, r, valid, P, PV,
-                                                                eps, R, BM, BP, HAS_Z, NORM, HAS_NW)
+                                                                eps, R, BM, BP, HAS_Z, NORM, HAS_NW, GATHER)
             store_out(o, OUT + h * P + p0, PHI + h * R * P + p0, sv_t, tok0, ntok, ti, r, valid, P, PV, R, BM, BP,
                       HAS_OUT)
         # the state leaving the chunk (a dead iteration: no rows, c_end = 0, S unchanged)

@@ -263,7 +263,7 @@ def scan_forward(L: Launch, t):
         T.seq_table, T.bc_start, T.bc_end, T.max_bc, L.TT, L.H, L.HG, L.G, L.N2, L.A, L.P, L.eps,
         R=L.R, BM=cfg.bm, BK=cfg.bk, BP=bp, HAS_D=t["D"] is not None, HAS_Z=t["z"] is not None, HAS_OUT=has_out,
         NORM=t["norm"], HAS_NW=t["nw"] is not None, HAS_S0=t["s0"] is not None, DOT_PREC=L.dot_prec,
-        TOK_PREC=L.fwd_prec, num_warps=cfg.scan_warps, num_stages=cfg.stages)
+        TOK_PREC=L.fwd_prec, GATHER=cfg.scan_gather, num_warps=cfg.scan_warps, num_stages=cfg.stages)
     return out, sfin
 
 
@@ -285,7 +285,7 @@ def scan_states(L: Launch, t):
         cs if t["s0"] is None else t["s0"], cs, cs, sin,
         T.seq_table, T.bc_start, T.bc_end, T.max_bc, L.TT, L.H, L.HG, L.G, L.N2, L.A, L.P, L.eps,
         R=L.R, BM=cfg.bm, BK=cfg.bk, BP=bp, HAS_D=False, HAS_Z=False, HAS_OUT=False, NORM=False, HAS_NW=False,
-        HAS_S0=t["s0"] is not None, DOT_PREC=L.dot_prec, TOK_PREC=L.fwd_prec, STATES=True,
+        HAS_S0=t["s0"] is not None, DOT_PREC=L.dot_prec, TOK_PREC=L.fwd_prec, STATES=True, GATHER=cfg.scan_gather,
         num_warps=cfg.scan_warps, num_stages=cfg.stages)
     return sin
 
@@ -424,7 +424,8 @@ def aot_kernel_launches(cfg: MimoConfig, headdim: int, dtype, arch: int, dstate:
                  G, N2, A, P, 1e-5),
                 dict(R=R, BM=cfg.bm, BK=cfg.bk, BP=bps, HAS_D=not states, HAS_Z=not states, HAS_OUT=not states,
                      NORM=bps >= BP and not states, HAS_NW=bps >= BP and not states, HAS_S0=True, DOT_PREC=prec,
-                     TOK_PREC=fwd_prec, STATES=states, num_warps=cfg.scan_warps, num_stages=cfg.stages)))
+                     TOK_PREC=fwd_prec, STATES=states, GATHER=cfg.scan_gather, num_warps=cfg.scan_warps,
+                     num_stages=cfg.stages)))
     if cfg.scan_dstates:
         bps = min(cfg.bp_state, BP)
         out.append(KernelLaunch(

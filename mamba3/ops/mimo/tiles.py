@@ -105,11 +105,14 @@ def bcast_rank(x, R: tl.constexpr, BM: tl.constexpr):
 
 @triton.jit
 def rot_pair(X, sx_t, sx_r, BIAS, ROT, srot_t, tok0, ntok, k0, N2, A, R: tl.constexpr, BM: tl.constexpr,
-             BK: tl.constexpr):
+             BK: tl.constexpr, GATHER: tl.constexpr = False):
     """Biased, rotated pair block of the q or k rows of tokens [tok0, tok0 + ntok): (x̃1, x̃2, cos, sin), each
     [BM, BK] fp32. X points at (token 0, rank 0, group g, column 0); BIAS at bias[h] (R, N); ROT at the
     rotation planes' row (token 0, h): sin θ in its first A columns, cos θ in the next A (``rotation_planes``).
-    cos and sin are loaded once per token and broadcast over the R ranks; the bias once per rank."""
+    cos and sin are loaded once per token and broadcast over the R ranks, the bias once per rank; with GATHER
+    (``MimoConfig.scan_gather``) every row loads its own (R-fold repeated loads, cache hits) and nothing is
+    broadcast through a reshape, which costs a layout conversion (shared memory and barriers) each. The values,
+    hence the results, are the same either way."""
     CT: tl.constexpr = BM // R
     t, r, valid = rows_of(ntok, R, BM)
     kk = k0 + tl.arange(0, BK)
@@ -118,24 +121,43 @@ def rot_pair(X, sx_t, sx_r, BIAS, ROT, srot_t, tok0, ntok, k0, N2, A, R: tl.cons
     off = (tok0 + t).to(tl.int64)[:, None] * sx_t + r[:, None] * sx_r + kk[None, :]
     x1 = tl.load(X + off, mask=m, other=0.0).to(tl.float32)
     x2 = tl.load(X + off + N2, mask=m, other=0.0).to(tl.float32)
-    ro = tl.arange(0, R)
-    boff = ro[:, None] * (2 * N2) + kk[None, :]
-    b1 = bcast_rank(tl.load(BIAS + boff, mask=km[None, :], other=0.0).to(tl.float32), R, BM)
-    b2 = bcast_rank(tl.load(BIAS + boff + N2, mask=km[None, :], other=0.0).to(tl.float32), R, BM)
+    if GATHER:
+        boff = r[:, None] * (2 * N2) + kk[None, :]
+        b1 = tl.load(BIAS + boff, mask=km[None, :], other=0.0).to(tl.float32)
+        b2 = tl.load(BIAS + boff + N2, mask=km[None, :], other=0.0).to(tl.float32)
+    else:
+        ro = tl.arange(0, R)
+        boff = ro[:, None] * (2 * N2) + kk[None, :]
+        b1 = bcast_rank(tl.load(BIAS + boff, mask=km[None, :], other=0.0).to(tl.float32), R, BM)
+        b2 = bcast_rank(tl.load(BIAS + boff + N2, mask=km[None, :], other=0.0).to(tl.float32), R, BM)
     x1 = tl.where(m, x1 + b1, 0.0)
     x2 = tl.where(m, x2 + b2, 0.0)
-    tt = tl.arange(0, CT)
-    mt = (tt < ntok)[:, None] & (kk < A)[None, :]
-    rot = ROT + (tok0 + tt).to(tl.int64)[:, None] * srot_t + kk[None, :]
-    s = bcast_tok(tl.load(rot, mask=mt, other=0.0), R, BM)  # [CT, BK] → [BM, BK]; columns ≥ A: no rotation
-    c = bcast_tok(tl.load(rot + A, mask=mt, other=1.0), R, BM)
+    if GATHER:
+        mt = valid[:, None] & (kk < A)[None, :]
+        rot = ROT + (tok0 + t).to(tl.int64)[:, None] * srot_t + kk[None, :]
+        s = tl.load(rot, mask=mt, other=0.0)  # columns ≥ A: no rotation
+        c = tl.load(rot + A, mask=mt, other=1.0)
+    else:
+        tt = tl.arange(0, CT)
+        mt = (tt < ntok)[:, None] & (kk < A)[None, :]
+        rot = ROT + (tok0 + tt).to(tl.int64)[:, None] * srot_t + kk[None, :]
+        s = bcast_tok(tl.load(rot, mask=mt, other=0.0), R, BM)  # [CT, BK] → [BM, BK]; columns ≥ A: no rotation
+        c = bcast_tok(tl.load(rot + A, mask=mt, other=1.0), R, BM)
     return x1 * c - x2 * s, x1 * s + x2 * c, c, s
 
 
 @triton.jit
-def vtilde(V, sv_t, PSI, sp_r, tok0, ntok, P, R: tl.constexpr, BM: tl.constexpr, BP: tl.constexpr):
+def vtilde(V, sv_t, PSI, sp_r, tok0, ntok, P, R: tl.constexpr, BM: tl.constexpr, BP: tl.constexpr,
+           GATHER: tl.constexpr = False):
     """[BM, BP] rows ṽ_{t,r} = v_t ⊙ ψ_r for tokens [tok0, tok0 + ntok) (V at v[0, h], PSI at ψ[h]; ψ rows
-    sp_r apart; P columns valid)."""
+    sp_r apart; P columns valid). GATHER: per-row loads, as in :func:`rot_pair`."""
+    if GATHER:
+        t, r, valid = rows_of(ntok, R, BM)
+        pp = tl.arange(0, BP)
+        pm = pp < P
+        v = tl.load(V + (tok0 + t).to(tl.int64)[:, None] * sv_t + pp[None, :], mask=valid[:, None] & pm[None, :],
+                    other=0.0).to(tl.float32)
+        return v * tl.load(PSI + r[:, None] * sp_r + pp[None, :], mask=pm[None, :], other=0.0).to(tl.float32)
     CT: tl.constexpr = BM // R
     tt = tl.arange(0, CT)
     pp = tl.arange(0, BP)
@@ -157,8 +179,15 @@ def load_rows_p(X, sx_t, sx_r, tok, r, valid, P, BP: tl.constexpr):
 
 
 @triton.jit
-def load_tok_rows(X, sx_t, tok0, ntok, P, R: tl.constexpr, BM: tl.constexpr, BP: tl.constexpr):
-    """[BM, BP] rows of a per-token tensor (X at (token 0, h, 0)): loaded once per token, broadcast over R."""
+def load_tok_rows(X, sx_t, tok0, ntok, P, R: tl.constexpr, BM: tl.constexpr, BP: tl.constexpr,
+                  GATHER: tl.constexpr = False):
+    """[BM, BP] rows of a per-token tensor (X at (token 0, h, 0)): loaded once per token, broadcast over R (GATHER:
+    once per row, as in :func:`rot_pair`)."""
+    if GATHER:
+        t, _r, valid = rows_of(ntok, R, BM)
+        pp = tl.arange(0, BP)
+        return tl.load(X + (tok0 + t).to(tl.int64)[:, None] * sx_t + pp[None, :],
+                       mask=valid[:, None] & (pp < P)[None, :], other=0.0).to(tl.float32)
     CT: tl.constexpr = BM // R
     tt = tl.arange(0, CT)
     pp = tl.arange(0, BP)
