@@ -358,13 +358,14 @@ def aot_launches(arch: int):
         if cfg.bk >= 64 or cfg.bk_bwd >= 64:  # the N/2 > BK loops at N = 256
             launches += aot_kernel_launches(cfg, headdim=p, dtype=torch.bfloat16, arch=arch, dstate=256,
                                             kernels=("mimo_out", "mimo_bwd_dv"))
-        if cfg.scan_fwd is None:  # the scan forward with the backward's state-pass scans
+        if cfg.scan_fwd is None:  # the scan forward with the backward's state-pass scans, and its scan_gather candidate
             launches += aot_kernel_launches(cfg.scan_variant(),
                                             headdim=p, dtype=torch.bfloat16, arch=arch,
                                             kernels=("mimo_scan_out", "mimo_state_scan_bwd"))
-        if cfg.scan_fwd is None and not cfg.scan_gather:  # the scan_gather candidate's two walks
-            launches += aot_kernel_launches(replace(cfg.scan_variant(), scan_gather=True, name=f"{cfg.name}-gather"),
-                                            headdim=p, dtype=torch.bfloat16, arch=arch, kernels=("mimo_scan_out",))
+            if not cfg.scan_gather:
+                launches += aot_kernel_launches(replace(cfg.scan_variant(), scan_gather=True,
+                                                        name=f"{cfg.name}-gather"),
+                                                headdim=p, dtype=torch.bfloat16, arch=arch, kernels=("mimo_scan_out",))
         if cfg.bwd_dots16 and cfg.bk_bwd16 and cfg.bwd16_dqk:  # the candidate: tf32 dq / dk beside the 16-bit dv
             launches += aot_kernel_launches(replace(cfg, bwd16_dqk=False, name=f"{cfg.name}-dv16"), headdim=p,
                                             dtype=torch.bfloat16, arch=arch, kernels=("mimo_bwd_dqk",))

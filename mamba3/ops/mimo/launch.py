@@ -199,34 +199,26 @@ def empty_outputs(L: Launch, v, has_out: bool):
     return torch.empty(_out_shape(L, has_out), device=v.device, dtype=v.dtype), _final_states(L, v.device)
 
 
-def epilogue_grads(L: Launch, t):
-    """Buffers of the output epilogue's backward: dy (TT, R, H, P) fp32, dz (as z), and per token tile the partial
-    sums of dφ, dζ (T.nsc, H, R, P) and of the norm weight's gradient (T.nsc, H, P); None where a feature is off."""
-    T, f32, dev = L.tables, torch.float32, t["v"].device
-    dy = torch.empty(L.TT, L.R, L.H, L.P, device=dev, dtype=f32)
-    dz = dzetap = dphip = dnwp = None
-    if t["z"] is not None:
-        dz = torch.empty_like(t["z"])
-        dzetap = torch.empty(T.nsc, L.H, L.R, L.P, device=dev, dtype=f32)
-    if t["phi"] is not None:
-        dphip = torch.empty(T.nsc, L.H, L.R, L.P, device=dev, dtype=f32)
-    if t["nw"] is not None:
-        dnwp = torch.empty(T.nsc, L.H, L.P, device=dev, dtype=f32)
-    return dy, dz, dphip, dzetap, dnwp
-
-
 def out_pass(L: Launch, t, sin, bwd=False, dout=None):
     """Forward outputs (bwd=False) or the epilogue backward (bwd=True, returns dy, dz, dφ, dζ, dw partials)."""
     cfg, T = L.cfg, L.tables
     q, k, v, rot, cs, gam, scl = t["q"], t["k"], t["v"], t["rot"], t["cs"], t["gam"], t["scl"]
     has_out = t["phi"] is not None
     dev = v.device
+    f32 = torch.float32
     dummy = cs
     out = dy = dz = dphip = dzetap = dnwp = None
     if not bwd:
         out = torch.empty(_out_shape(L, has_out), device=dev, dtype=v.dtype)
     else:
-        dy, dz, dphip, dzetap, dnwp = epilogue_grads(L, t)
+        dy = torch.empty(L.TT, L.R, L.H, L.P, device=dev, dtype=f32)
+        if t["z"] is not None:
+            dz = torch.empty_like(t["z"])
+            dzetap = torch.empty(T.nsc, L.H, L.R, L.P, device=dev, dtype=f32)
+        if has_out:
+            dphip = torch.empty(T.nsc, L.H, L.R, L.P, device=dev, dtype=f32)
+        if t["nw"] is not None:
+            dnwp = torch.empty(T.nsc, L.H, L.P, device=dev, dtype=f32)
     d = lambda x: dummy if x is None else x  # noqa: E731
     mimo_out_kernel[(T.nsc, L.H)](
         q, k, v, rot, cs, gam, scl, t["qb"], t["kb"], t["psi"], d(t["zeta"]), d(t["phi"]), d(t["D"]),

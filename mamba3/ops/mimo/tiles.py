@@ -152,12 +152,8 @@ def vtilde(V, sv_t, PSI, sp_r, tok0, ntok, P, R: tl.constexpr, BM: tl.constexpr,
     """[BM, BP] rows ṽ_{t,r} = v_t ⊙ ψ_r for tokens [tok0, tok0 + ntok) (V at v[0, h], PSI at ψ[h]; ψ rows
     sp_r apart; P columns valid). GATHER: per-row loads, as in :func:`rot_pair`."""
     if GATHER:
-        t, r, valid = rows_of(ntok, R, BM)
-        pp = tl.arange(0, BP)
-        pm = pp < P
-        v = tl.load(V + (tok0 + t).to(tl.int64)[:, None] * sv_t + pp[None, :], mask=valid[:, None] & pm[None, :],
-                    other=0.0).to(tl.float32)
-        return v * tl.load(PSI + r[:, None] * sp_r + pp[None, :], mask=pm[None, :], other=0.0).to(tl.float32)
+        _t, r, valid = rows_of(ntok, R, BM)
+        return load_tok_rows(V, sv_t, tok0, ntok, P, R, BM, BP, True) * load_rank_p(PSI, r, valid, sp_r, P, BP)
     CT: tl.constexpr = BM // R
     tt = tl.arange(0, CT)
     pp = tl.arange(0, BP)
