@@ -142,10 +142,10 @@ def main():
                      R(scan, scan_states=False, name=f"{scan.name}-dstates"),
                      R(scan, scan_states=False, scan_dstates=False, name=f"{scan.name}-chunked-passes"),
                      R(scan, bwd_dots16=False, name=f"{scan.name}-tf32bwd"),
-                     # the candidate: tf32 dq / dk on 32-column blocks beside the 16-bit dv on 64 (not timed yet)
-                     R(scan, bwd16_dqk=False, name=f"{scan.name}-dv16"),
-                     # the candidate: the scan's operands loaded per row, no reshape broadcasts (not timed yet)
-                     R(scan, scan_gather=True, name=f"{scan.name}-gather")]
+                     # the dq / dk kernels on 16-bit dots too (bwd16_dqk: 30.47 against 30.03 ms, 28th session)
+                     R(scan, bwd16_dqk=True, name=f"{scan.name}-dqk16"),
+                     # the scan's operands broadcast per token / rank (scan_gather off: 30.47 against 29.53 ms)
+                     R(scan, scan_gather=False, name=f"{scan.name}-bcast")]
         # fp32 inputs (tf32x3 dots): the default tiles spill ≈ 4 KB per thread (AOT sm_90), 32-row tiles ≤ 712 B
         variants = [(v, torch.bfloat16) for v in variants] + [
             (base, torch.float32), (R(base, bm=32, bm_bwd=32, state_tiles=4, name=f"{base.name}-bm32-st4"),

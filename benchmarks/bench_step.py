@@ -116,8 +116,6 @@ def main():
     ap.add_argument("--dstate", type=int, default=128)
     ap.add_argument("--headdim", type=int, default=64)
     ap.add_argument("--no-sweep", action="store_true")
-    ap.add_argument("--only-candidates", action="store_true",
-                    help="the chosen tiles and their candidate variants only (MIMO streaming rows: early_out)")
     ap.add_argument("--profile", choices=("siso", "mimo"),
                     help="only run the chosen step of this op five times (no timing, no results): for a profiler "
                          "(scripts/profile_kernels.sh)")
@@ -145,11 +143,7 @@ def main():
         nbytes = bytes_moved(x)
         chosen = choose_config(None, StepProblem(args.headdim, args.dstate, R, row_heads=args.batch * args.nheads))
         configs = [chosen]
-        if chosen.row_tiles > 1 and (args.only_candidates or not args.no_sweep):
-            # each tile's output stored at the next tile's start, so that ptxas issues the next state tile's loads
-            # a whole tile ahead (kernel.py; AOT sm_90 MIMO R = 4: 241 → 252 registers, no spills)
-            configs.append(replace(chosen, early_out=True))
-        if not (args.no_sweep or args.only_candidates):
+        if not args.no_sweep:
             full_n = 1 << (args.dstate - 1).bit_length()
             full_p = 1 << (args.headdim - 1).bit_length()
             # whole rows per tile, each program streaming row_tiles tiles (all of P: one launch)
@@ -172,7 +166,7 @@ def main():
             tbps = nbytes / ms / 1e9
             row = dict(op=mode, rank=R, batch=args.batch, nheads=args.nheads, headdim=args.headdim,
                        dstate=args.dstate, block_p=cfg.block_p, block_n=cfg.block_n, num_warps=cfg.num_warps,
-                       row_tiles=cfg.row_tiles, lane_sums=cfg.lane_sums, early_out=cfg.early_out,
+                       row_tiles=cfg.row_tiles, lane_sums=cfg.lane_sums,
                        chosen=cfg == chosen, ms=ms, MB=nbytes / 1e6, TBps=tbps, frac_of_copy=tbps / copy_bw,
                        **errors_against_float64(x, siso, cfg))
             if cfg == chosen and siso:

@@ -13,9 +13,9 @@
 #            (≈ 3 + 3 + 1 + 1 + 1 min)
 #   info     `python -m mamba3 info`: AOT-compiles every kernel for this GPU (≈ 3 min of CPU; run alone, it
 #            slows whatever shares the CPUs with it)
-#   sweeps   (not in the default) sweep candidates (the open questions, see below): SWEEP_STEP (runs of
-#            bench_step.py --only-candidates), SWEEP_MIMO / SWEEP_MIMO_B1 / SWEEP_SISO / SWEEP_SISO_B1 (--only filters
-#            of bench_mimo.py --sweep and sweep_siso.py at B8 / B1; "" skips one)
+#   sweeps   (not in the default) sweep candidates (the open questions, see below): SWEEP_MIMO / SWEEP_MIMO_B1 /
+#            SWEEP_SISO / SWEEP_SISO_B1 (--only filters of bench_mimo.py --sweep and sweep_siso.py at B8 / B1; ""
+#            skips one)
 # One device call runs for at most 10 minutes, so split the suite over calls, e.g. PARTS=ops, then PARTS=rest,
 # then PARTS=bench (measured on the H200, thirteenth session). Writes <part>_tests.log, demo.log, the benchmarks'
 # JSON + markdown and info.txt under $OUT; BUNDLE=1 writes them elsewhere and packs them into $OUT/gpu_suite.tgz
@@ -81,20 +81,11 @@ if has bench; then
     pack
   done
 fi
-if has sweeps; then  # defaults: the decode step's early_out candidate (two runs), the MIMO scan forward
-  # (MimoConfig.scan_variant, forced) with and without the bwd16_dqk candidate (-scan-dv16: tf32 dq / dk beside the
-  # 16-bit dv) and the scan_gather one (-scan-gather) against the chunked forward (-st2); the default SISO tiles
-  # alone at B8 re-time the README's row
-  SWEEP_MIMO=${SWEEP_MIMO-scan/,scan-dv16/,scan-gather/,st2/}
+if has sweeps; then  # defaults: the MIMO scan forward (MimoConfig.scan_variant, forced) against its operands
+  # broadcast (-scan-bcast), with 16-bit dq / dk dots (-scan-dqk16) and the chunked forward (-st2); the default SISO
+  # tiles alone at B8 re-time the README's row
+  SWEEP_MIMO=${SWEEP_MIMO-scan/,scan-bcast/,scan-dqk16/,st2/}
   SWEEP_SISO=${SWEEP_SISO-bf16-joined-c64-w4/8}
-  SWEEP_STEP=${SWEEP_STEP-2}  # runs of bench_step.py --only-candidates at batch 128 (the early_out candidate; 0 skips)
-  for i in $(seq 1 "${SWEEP_STEP:-0}"); do
-    timeout 200 python3 benchmarks/bench_step.py --only-candidates --out "$OUT/step_candidates_run$i.json" \
-      > "$OUT/bench_step_candidates_run$i.log" 2>&1 || status=1
-    python3 -c "import json, sys; [print({k: r[k] for k in ('op', 'early_out', 'chosen', 'ms', 'frac_of_copy', 'vs_siso')
-                if k in r}) for r in json.load(open(sys.argv[1]))['rows']]" "$OUT/step_candidates_run$i.json" \
-      || tail -n 3 "$OUT/bench_step_candidates_run$i.log"
-  done
   if [ -n "$SWEEP_MIMO" ]; then
     timeout 400 python3 benchmarks/bench_mimo.py --shapes none --sweep --only="$SWEEP_MIMO" --out "$OUT/mimo_sweep.json" \
       > "$OUT/sweep_mimo.log" 2>&1 || status=1

@@ -117,9 +117,10 @@ def test_mimo_scan_forward_only_on_filling_grids():
 
 
 def test_mimo_backward_tiles_follow_the_dtype():
-    """``MimoConfig.bk_bwd16``: 16-bit inputs run the backward's 16-bit dots on 64-column N-pair blocks (P = 64's
-    configuration on every architecture); fp32 inputs keep 32-column blocks (at 64 they spill 2-31 KB per thread),
-    and so do 16-bit inputs where the backward's dots are tf32."""
+    """``MimoConfig.bk_bwd16``: 16-bit inputs run the dv kernel's 16-bit dots on 64-column N-pair blocks and the dq /
+    dk kernels' tf32 dots on 32 (``bwd16_dqk`` off; P = 64's configuration on every architecture); fp32 inputs keep
+    32-column blocks (at 64 they spill 2-31 KB per thread), and so do 16-bit inputs where the backward's dots are
+    tf32."""
     import dataclasses
 
     import torch
@@ -131,7 +132,9 @@ def test_mimo_backward_tiles_follow_the_dtype():
         cfg = choose_config(arch_spec(arch), MimoProblem(128, 64, 4))
         assert cfg.bk_bwd == 32 and cfg.bwd_dots16 and cfg.bk_bwd16 == 64, arch
         assert cfg.for_dtype(torch.float32) is cfg
-        assert cfg.for_dtype(torch.bfloat16).bk_bwd == cfg.for_dtype(torch.float16).bk_bwd == 64
+        assert not cfg.bwd16_dqk, arch
+        for dtype in (torch.bfloat16, torch.float16):
+            assert (cfg.for_dtype(dtype).bk_bwd, cfg.for_dtype(dtype).dv_block) == (32, 64), (arch, dtype)
         assert "mimo_bwd_dv_kernel[16-bit]" in smem_estimates(cfg, 64)
     tf32 = dataclasses.replace(cfg, bwd_dots16=False)
     assert tf32.for_dtype(torch.bfloat16) is tf32 and "mimo_bwd_dv_kernel[16-bit]" not in smem_estimates(tf32, 64)
@@ -139,7 +142,7 @@ def test_mimo_backward_tiles_follow_the_dtype():
 
 
 def test_mimo_dv_alone_on_16bit_dots():
-    """``MimoConfig.bwd16_dqk`` off: for 16-bit inputs the dv kernel takes 16-bit dots on ``bk_bwd16`` blocks while
+    """``MimoConfig.bwd16_dqk`` off (the default): for 16-bit inputs the dv kernel takes 16-bit dots on ``bk_bwd16`` blocks while
     the dq and dk kernels keep tf32 dots on ``bk_bwd`` blocks; fp32 inputs run both at ``bk_bwd``."""
     import dataclasses
 

@@ -115,10 +115,10 @@ def _scan_variants():
     from mamba3.ops.mimo.configs import CONFIGS
 
     scans = [cfg.scan_variant() for cfgs in CONFIGS.values() for cfg in cfgs if cfg.scan_fwd is None]
-    # and the scan forward with the backward's chunked state passes (scan_states, scan_dstates off), and with the
-    # scan_gather candidate (operands loaded per row)
+    # and the scan forward with the backward's chunked state passes (scan_states, scan_dstates off), and with its
+    # operands broadcast per token / rank (scan_gather off)
     return scans + [dataclasses.replace(c, scan_states=False, scan_dstates=False, name=f"{c.name}-chunked-passes")
-                    for c in scans] + [dataclasses.replace(c, scan_gather=True, name=f"{c.name}-gather") for c in scans]
+                    for c in scans] + [dataclasses.replace(c, scan_gather=False, name=f"{c.name}-bcast") for c in scans]
 
 
 @pytest.mark.parametrize("cfg", _scan_variants(), ids=lambda c: c.name)
@@ -158,15 +158,16 @@ def _bwd16_params():
     # Triton 3.6 Hopper miscompile like the forward's at P = 32. Strict, so that a fix shows up here. (Loading
     # the dq kernel's dy tile as [CT, R, BP] reshaped to rows, which skips the fp32 shared-memory staging these
     # configurations have, did not fix them: still wrong on the H200 in the seventeenth session, reverted.)
-    # On 64-column N-pair blocks (bk_bwd16 = 64) P = 64 is right (the default since the twenty-sixth session) and
-    # P = 32 returns a wrong dv on the H200 (d_v 75 relative, d_adt, d_trap, d_mimo_v with it; dq right).
+    # On 64-column N-pair blocks (bk_bwd16 = 64) P = 64 is right (the default from the twenty-sixth session; since
+    # the twenty-eighth the dq / dk kernels keep tf32 dots there, bwd16_dqk off) and P = 32 returns a wrong dv on
+    # the H200 (d_v 75 relative, d_adt, d_trap, d_mimo_v with it; dq right).
     import dataclasses
 
     wrong_dq = {"bm64-w4", "bm64-w4-tf32"}
     wrong_dv_bk64 = {"bm64-w4-tf32"}
     params = []
     for p, cfg in _all_configs():
-        cfg32 = dataclasses.replace(cfg, bwd_dots16=True, bk_bwd16=0)
+        cfg32 = dataclasses.replace(cfg, bwd_dots16=True, bk_bwd16=0, bwd16_dqk=True)  # every kernel 16-bit
         marks = [pytest.mark.xfail(strict=True, reason="wrong dq on the H200")] if cfg.name in wrong_dq else []
         params.append(pytest.param(p, cfg32, marks=marks, id=f"{p}-{cfg.name}"))
         if cfg.name in wrong_dq:
@@ -174,8 +175,8 @@ def _bwd16_params():
                      else [])
             params.append(pytest.param(p, dataclasses.replace(cfg32, bk_bwd16=64), marks=marks,
                                        id=f"{p}-{cfg.name}-bk64"))
-        if cfg.bwd_dots16 and cfg.bk_bwd16:  # the bwd16_dqk candidate: tf32 dq / dk beside the 16-bit dv
-            params.append(pytest.param(p, dataclasses.replace(cfg, bwd16_dqk=False), id=f"{p}-{cfg.name}-dv16"))
+        if cfg.bwd_dots16:  # as chosen (P = 64: the dv kernel alone on 16-bit dots, on 64-column blocks)
+            params.append(pytest.param(p, cfg, id=f"{p}-{cfg.name}-chosen"))
     return params
 
 

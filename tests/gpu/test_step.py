@@ -187,36 +187,12 @@ def test_every_swept_tile_config_matches_float64(siso, cfg, lanes):
     """Any tile the benchmark may recommend is exact: 6 chained tokens (the small states each step writes are read
     by the next), P = 48 and N = 96 (ragged row tiles and masked columns), pooled rows with a padded slot."""
     from mamba3.ops.step.configs import StepConfig
-
-    config = StepConfig(block_p=cfg[0], block_n=cfg[1], num_warps=cfg[2], row_tiles=cfg[3], lane_sums=lanes)
-    check_config_chain(siso, config, seed=cfg[0] * 10 + cfg[3])
-
-
-EARLY_OUT_CASES = [(siso, rt, lanes, per_rank) for siso, lanes, per_rank in
-                   ((True, False, False), (False, False, False), (False, True, False), (False, True, True))
-                   for rt in (2, 6, 8)]
-
-
-@pytest.mark.parametrize("siso,row_tiles,lanes,per_rank", EARLY_OUT_CASES,
-                         ids=[("siso" if s else "mimo4") + f"-rt{rt}" + ("-lanes" if ln else "")
-                              + ("-per-rank" if pr else "") for s, rt, ln, pr in EARLY_OUT_CASES])
-def test_early_out_matches_float64(siso, row_tiles, lanes, per_rank):
-    """``StepConfig.early_out``: each 8-row tile's output stored at the next tile's start, over P = 48 (row_tiles
-    2: two programs per head and the rows kernel; 6: exactly P; 8: the last two tiles empty), with the lanes' sums
-    and the per-rank output where MIMO."""
-    from mamba3.ops.step.configs import StepConfig
-
-    config = StepConfig(block_p=8, block_n=128, num_warps=1, row_tiles=row_tiles, lane_sums=lanes, early_out=True)
-    check_config_chain(siso, config, seed=row_tiles, per_rank=per_rank)
-
-
-def check_config_chain(siso, config, seed, per_rank=False):
-    """6 chained tokens through one config against float64 (P = 48, N = 96, pooled rows with a padded slot)."""
     from mamba3.ops.step.launch import step_triton
     from mamba3.ops.step.reference import step_reference
 
+    config = StepConfig(block_p=cfg[0], block_n=cfg[1], num_warps=cfg[2], row_tiles=cfg[3], lane_sums=lanes)
     R = 1 if siso else 4
-    x, st = inputs(3, 6, 4, 1, 48, 96, R, torch.float32, siso, seed=seed, per_rank=per_rank)
+    x, st = inputs(3, 6, 4, 1, 48, 96, R, torch.float32, siso, seed=cfg[0] * 10 + cfg[3])
     idx = torch.tensor([2, -1, 0], device=DEV, dtype=torch.int32)
     names = ("q", "k", "v", "adt", "dt", "trap", "q_bias", "k_bias", "mimo_v", "mimo_z", "mimo_out", "angles", "D",
              "z")

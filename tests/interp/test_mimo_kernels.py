@@ -184,8 +184,8 @@ def test_scan_forward_p_blocks_varlen(with_out, scan_calls):
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
 def test_scan_gather_is_bit_identical(dtype, scan_calls):
-    """``MimoConfig.scan_gather``: the scan kernel's operands loaded per row are the values it otherwise loads per
-    token or rank and broadcasts, so every error against float64 is the same number, in both walks (forward and the
+    """``MimoConfig.scan_gather`` (the default): the scan kernel's operands loaded per row are the values it
+    otherwise loads per token or rank and broadcasts, so every error against float64 is the same number, in both walks (forward and the
     backward's states-only walk), over two P blocks, packed sequences, input states and GQA."""
     import dataclasses
 
@@ -195,7 +195,8 @@ def test_scan_gather_is_bit_identical(dtype, scan_calls):
     kw = dict(bsz=1, seqlen=17, nheads=4, ngroups=2, dstate=16, headdim=24, rank=2, states=True,
               cu_seqlens=[0, 1, 14, 17])
     errs = _check(dtype, config=cfg, **kw)
-    assert _check(dtype, config=dataclasses.replace(cfg, scan_gather=True), **kw) == errs
+    assert cfg.scan_gather
+    assert _check(dtype, config=dataclasses.replace(cfg, scan_gather=False), **kw) == errs
     assert len(scan_calls) == 2
 
 

@@ -83,20 +83,19 @@ def test_state_streamed_in_several_n_tiles(siso, N):
 
 
 
-@pytest.mark.parametrize("early_out", [False, True], ids=["out-stored", "out-pending"])
 @pytest.mark.parametrize("row_tiles", [2, 3, 4], ids=["two-programs-per-head", "one-program-exactly-p",
                                                       "one-program-writes-small-states"])
 @pytest.mark.parametrize("siso", [True, False], ids=["siso", "mimo"])
-def test_rows_streamed_per_program(siso, row_tiles, early_out):
+def test_rows_streamed_per_program(siso, row_tiles):
     # P = 12 in tiles of 4 rows: 2 tiles per program (programs of 8 and 4 valid rows, the rows kernel after them),
     # 3 (one program per row and head holding exactly P rows) or 4 (one program per row and head,
     # the last tile empty, the small states written by it); pooled states with a padded row, NaN in every row
-    # that is not addressed; each tile's output stored at once or at the next tile's start (StepConfig.early_out)
+    # that is not addressed
     x = make(3, 2, 1, 12, 20, 1 if siso else 2, 6, torch.float32, siso, seed=8, pool=5)
     x["state_batch_indices"] = torch.tensor([4, -1, 1], dtype=torch.int32)
     for s in ("angle_state", "ssm_state", "k_state", "v_state"):
         x[s][torch.tensor([0, 2, 3])] = float("nan")
-    config = StepConfig(block_p=4, block_n=32, num_warps=1, row_tiles=row_tiles, early_out=early_out)
+    config = StepConfig(block_p=4, block_n=32, num_warps=1, row_tiles=row_tiles)
     launches, _ = build_launches(*[x[n] for n in ORDER], siso=siso, config=config)
     assert len(launches) == (1 if row_tiles >= 3 else 2)
     tri, ref = both(x, siso, config=config)

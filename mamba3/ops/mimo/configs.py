@@ -84,14 +84,15 @@ class MimoConfig:
         which Triton lowers to a layout conversion through shared memory. The same values, hence bit-identical
         results. AOT sm_90, bf16, P = 64, per chunk: the forward walk's barriers 56 → 39, instructions 2027 → 1922,
         spill reloads 31 → 8 (spills 208 → 88 B), global loads 57 → 82; the states-only walk's barriers 18 → 7,
-        instructions 586 → 611. A candidate, not timed. (The same change in the chunk-parallel kernels trades their
-        barriers for spills: dq 74 → 42 barriers but 189 → 361 reloads per head.)
+        instructions 586 → 611. H200, bf16, B8 T4096, forward / forward+backward: 5.24 / 30.47 ms broadcast, 4.82 /
+        29.53 gathered (twenty-eighth session), so it is on. (The same change in the chunk-parallel kernels trades their
+        barriers for spills: dq 74 → 42 barriers but 189 → 361 reloads per head, so they broadcast.)
     bwd16_dqk: with ``bwd_dots16``, whether the dq and dk kernels take 16-bit dots on ``bk_bwd16`` blocks too (True)
-        or keep tf32 dots on ``bk_bwd`` blocks, the dv kernel alone running 16-bit on ``bk_bwd16`` blocks (False: a
-        candidate, not timed end to end). H200, P = 64, bf16, B8 T4096, per kernel of one forward+backward
-        (twenty-sixth session, torch.profiler): dq + dk 9.78 ms at tf32 on 32-column blocks, 10.35 at 16 bits on 64;
-        dv 6.19 → 4.04. Both binaries are the ones the H200 tests ran right (tf32 dq/dk at 32 columns: P = 64's
-        default before that session; 16-bit dv at 64 columns: its default since).
+        or keep tf32 dots on ``bk_bwd`` blocks, the dv kernel alone running 16-bit on ``bk_bwd16`` blocks (False, the
+        default). H200, P = 64, bf16, B8 T4096, per kernel of one forward+backward (twenty-sixth session,
+        torch.profiler): dq + dk 9.78 ms at tf32 on 32-column blocks, 10.35 at 16 bits on 64; dv 6.19 → 4.04. End to
+        end with the scan forward (twenty-eighth session): forward+backward 30.47 ms with 16-bit dq / dk, 30.03
+        without.
     bk_dv: the dv kernel's N-pair block where it differs from ``bk_bwd`` (0: ``bk_bwd``): set by :meth:`for_dtype`
         from ``bk_bwd16`` when ``bwd16_dqk`` is off; read through :attr:`dv_block`.
     scan_fwd: the forward (not the backward's recompute) as one walk per (sequence, head, P block) over its state
@@ -138,14 +139,14 @@ class MimoConfig:
     fwd_dots16: bool = True
     bwd_dots16: bool = False
     bk_bwd16: int = 0
-    bwd16_dqk: bool = True
+    bwd16_dqk: bool = False
     bk_dv: int = 0
     scan_fwd: bool | None = False
     scan_bp: int = 0
     scan_warps: int = 8
     scan_states: bool = False
     scan_dstates: bool = False
-    scan_gather: bool = False
+    scan_gather: bool = True
     name: str = "default"
 
     def __post_init__(self):
@@ -338,8 +339,7 @@ def aot_launches(arch: int):
     The state-passing and angle kernels use no dots (shared memory only for reduction / scan scratch) and are
     listed once (the angle kernels at A = 32 and A = 128, their two block shapes' extremes). A configuration
     whose scan forward the launcher may pick (``scan_fwd`` None) adds that kernel for 16-bit inputs (the only ones
-    ``for_grid`` picks it for), with the backward's state-pass scans; one with 16-bit backward dots on ``bk_bwd16``
-    blocks adds the dq / dk kernels of its ``bwd16_dqk`` candidate (tf32 on ``bk_bwd`` blocks, 16-bit inputs).
+    ``for_grid`` picks it for), with the backward's state-pass scans.
     """
     from mamba3.dispatch import arch_spec
 
@@ -358,17 +358,9 @@ def aot_launches(arch: int):
         if cfg.bk >= 64 or cfg.bk_bwd >= 64:  # the N/2 > BK loops at N = 256
             launches += aot_kernel_launches(cfg, headdim=p, dtype=torch.bfloat16, arch=arch, dstate=256,
                                             kernels=("mimo_out", "mimo_bwd_dv"))
-        if cfg.scan_fwd is None:  # the scan forward with the backward's state-pass scans, and its scan_gather candidate
-            launches += aot_kernel_launches(cfg.scan_variant(),
-                                            headdim=p, dtype=torch.bfloat16, arch=arch,
+        if cfg.scan_fwd is None:  # the scan forward with the backward's state-pass scans
+            launches += aot_kernel_launches(cfg.scan_variant(), headdim=p, dtype=torch.bfloat16, arch=arch,
                                             kernels=("mimo_scan_out", "mimo_state_scan_bwd"))
-            if not cfg.scan_gather:
-                launches += aot_kernel_launches(replace(cfg.scan_variant(), scan_gather=True,
-                                                        name=f"{cfg.name}-gather"),
-                                                headdim=p, dtype=torch.bfloat16, arch=arch, kernels=("mimo_scan_out",))
-        if cfg.bwd_dots16 and cfg.bk_bwd16 and cfg.bwd16_dqk:  # the candidate: tf32 dq / dk beside the 16-bit dv
-            launches += aot_kernel_launches(replace(cfg, bwd16_dqk=False, name=f"{cfg.name}-dv16"), headdim=p,
-                                            dtype=torch.bfloat16, arch=arch, kernels=("mimo_bwd_dqk",))
         if i == 0:
             launches += aot_kernel_launches(cfg, headdim=p, dtype=torch.float32, arch=arch,
                                             kernels=("mimo_state", "mimo_angle"))

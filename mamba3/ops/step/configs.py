@@ -43,9 +43,6 @@ class StepConfig:
     row_tiles: int = 1     # BLOCK_P-row tiles a program streams (block_n ≥ N only); all of P: no rows kernel
     rows_warps: int = 1    # the small-state kernel (θ', k̃, v of one row and head)
     lane_sums: bool = False  # MIMO y_r = h'q̃_r by the lanes' reduce-scatter (kernel.py); needs lane_sums_fit
-    # Streaming rows (row_tiles > 1): each tile's output stored at the next tile's start, after the next state
-    # tile's loads, so that ptxas issues those a whole tile ahead (kernel.py; a candidate, not timed)
-    early_out: bool = False
 
 
 @dataclass(frozen=True)
@@ -162,9 +159,6 @@ def aot_launches(arch: int):
     for name, P, N, R, dtype, mode, row_heads in _AOT_PROBLEMS:
         for kernel, args, meta, _grid in _example(P, N, R, dtype, mode, row_heads):
             out.append(KernelLaunch(name=f"{kernel.__name__}[{name}]", kernel=kernel, args=args, meta=meta))
-            if meta.get("ROW_TILES", 1) > 1:  # the early_out candidate of a streaming configuration
-                out.append(KernelLaunch(name=f"{kernel.__name__}[{name}-early-out]", kernel=kernel, args=args,
-                                        meta={**meta, "EARLY_OUT": True}))
     return out
 
 

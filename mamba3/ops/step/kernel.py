@@ -38,17 +38,9 @@ sums of 4R values per lane (R ranks × the lane's 4 rows) over the 16 lanes of a
 (Triton's tl.sum) that is 4R × 4 shuffles and adds. ``_lane_partials`` forms each lane's partial sums (one FMA
 chain over its 4 columns) as (2 × 16) tensors whose element (g, c) is lane 16g + c, and inline PTX
 (``_LANE_SUM_PTX_R2`` / ``_R4``) reduces and scatters them: a butterfly in which each level halves the values a lane
-keeps (4R − 1 shuffles), so that lane c ends with the total of value c // (16 / 4R); ``_rows_output_lanes`` then
+keeps (4R − 1 shuffles), so that lane c ends with the total of value c // (16 / 4R); ``_finish_rows_lanes`` then
 works on one (row, rank) per lane. The PTX depends on that lane order, which the AOT lane checks in the compiled IR
 (tests/aot/test_step_lane_sums.py); the interpreter runs the plain reductions (the same sums in another order).
-
-Pending output (``StepConfig.early_out``, a candidate): in the streaming loop the next state tile's loads come first
-in program order, but ptxas sinks them as late as it can, which is just before the first store it cannot prove
-apart from them: in the sm_90 SASS of the MIMO R = 4 loop (732 instructions per tile) they issue at instruction
-≈ 370, after this tile's update, so the load has only the rest of the iteration to arrive. With EARLY_OUT each
-tile's output is stored at the start of the next iteration, right after those loads, which pins them to the top
-(instructions 21-65 of 768, 252 registers, no spills); the output stage's loads are then placed before the tile's
-state store too.
 
 Everything is computed in fp32 whatever the input dtype; states are loaded and stored in their own dtype.
 No host synchronisation, no data-dependent allocation: the launches are CUDA-graph capturable, and
@@ -292,12 +284,12 @@ def _update_pair_tile(lo, hi, alpha, u_new, u_old, q_rot, k_rot, k_old, mv_h, pp
 
 
 @triton.jit
-def _rows_output(y, v, zz, Dh, b, h, pp, pmask, P, H, norm_eps, mv_ptr, mz_ptr, mo_ptr, nw_ptr, out_ptr,
+def _finish_rows(y, v, zz, Dh, b, h, pp, pmask, P, H, norm_eps, mv_ptr, mz_ptr, mo_ptr, nw_ptr, out_ptr,
                  R: tl.constexpr, BLOCK_R: tl.constexpr, HAS_D: tl.constexpr, HAS_Z: tl.constexpr,
                  HAS_PSI: tl.constexpr, HAS_ZETA: tl.constexpr, HAS_PHI: tl.constexpr, PER_RANK: tl.constexpr,
                  RMS_NORM: tl.constexpr, HAS_NW: tl.constexpr):
     """The output stage of complete rows pp from y (rows × BLOCK_R): D, the RMSNorm over P (all of P in pp),
-    the gate, the rank contraction or the per-rank output. Returns the store (pointers, fp32 values, mask)."""
+    the gate, the rank contraction or the per-rank output."""
     rr = tl.arange(0, BLOCK_R)
     rp = (h * R + rr[None, :]) * P + pp[:, None]    # (rows, R): a row reduction of a tile lands in it as is
     rpmask = pmask[:, None] & (rr < R)[None, :]
@@ -319,73 +311,51 @@ def _rows_output(y, v, zz, Dh, b, h, pp, pmask, P, H, norm_eps, mv_ptr, mz_ptr, 
             gate = zz[:, None] + tl.zeros_like(y)
         y = y * gate * tl.sigmoid(gate)
     if PER_RANK:
-        return out_ptr + ((b * R + rr[None, :]) * H + h) * P + pp[:, None], y, rpmask
+        tl.store(out_ptr + ((b * R + rr[None, :]) * H + h) * P + pp[:, None], y.to(out_ptr.dtype.element_ty),
+                 mask=rpmask)
     else:
         if HAS_PHI:
             y = y * tl.load(mo_ptr + rp, mask=rpmask, other=0.0).to(tl.float32)
-        return out_ptr + (b * H + h) * P + pp, tl.sum(y, axis=1), pmask
+        tl.store(out_ptr + (b * H + h) * P + pp, tl.sum(y, axis=1).to(out_ptr.dtype.element_ty), mask=pmask)
 
 
 @triton.jit
-def _lanes_rows(p0, h, P, R: tl.constexpr):
-    """The rows of the lanes' form of 8 rows from p0 (module docstring; DUP = 16 / 4R copies per value): element
-    (g, c) holds value j = c // DUP = rank j // 4 of row p0 + g + 2 (j % 4). Returns (rows, their mask, their
-    (head, rank) row offsets into an (H, R, P) tensor, rank, c)."""
+def _finish_rows_lanes(y, p0, v_row, z_row, Dh, b, h, P, H, mv_ptr, mz_ptr, mo_ptr, out_ptr, R: tl.constexpr,
+                       HAS_D: tl.constexpr, HAS_Z: tl.constexpr, HAS_PSI: tl.constexpr, HAS_ZETA: tl.constexpr,
+                       HAS_PHI: tl.constexpr, PER_RANK: tl.constexpr):
+    """_finish_rows (without RMSNorm) for the 8 rows from p0 with y in the lanes' form: y[g, c] is value
+    j = c // DUP (DUP = 16 / 4R copies per value) = rank j // 4 of row p0 + g + 2 (j % 4). v and z are reloaded in
+    that layout (cache hits)."""
     DUP: tl.constexpr = 16 // (4 * R)
     g = tl.arange(0, 2)
     cc = tl.arange(0, 16)
     j = cc // DUP
     rk = (j // 4)[None, :]
     pp = p0 + g[:, None] + 2 * (j % 4)[None, :]
-    return pp, pp < P, (h * R + rk) * P + pp, rk, cc
-
-
-@triton.jit
-def _lanes_inputs(p0, v_row, z_row, h, P, mv_ptr, mz_ptr, mo_ptr, R: tl.constexpr, HAS_D: tl.constexpr,
-                  HAS_Z: tl.constexpr, HAS_PSI: tl.constexpr, HAS_ZETA: tl.constexpr, HAS_PHI: tl.constexpr):
-    """What the output stage of the 8 rows from p0 loads, in the lanes' form: (v, ψ, z·ζ, φ), fp32 (2 × 16),
-    zeros where a feature is off (v and z again: cache hits)."""
-    pp, pmask, rp, _rk, _cc = _lanes_rows(p0, h, P, R)
-    v = tl.zeros((2, 16), dtype=tl.float32)
-    psi = tl.zeros((2, 16), dtype=tl.float32)
-    zz = tl.zeros((2, 16), dtype=tl.float32)
-    phi = tl.zeros((2, 16), dtype=tl.float32)
+    pmask = pp < P
+    rp = (h * R + rk) * P + pp
     if HAS_D:
         v = tl.load(v_row + pp, mask=pmask, other=0.0).to(tl.float32)
         if HAS_PSI:
-            psi = tl.load(mv_ptr + rp, mask=pmask, other=0.0).to(tl.float32)
+            y += Dh * v * tl.load(mv_ptr + rp, mask=pmask, other=0.0).to(tl.float32)
+        else:
+            y += Dh * v
     if HAS_Z:
         zz = tl.load(z_row + pp, mask=pmask, other=0.0).to(tl.float32)
         if HAS_ZETA:
             zz = zz * tl.load(mz_ptr + rp, mask=pmask, other=0.0).to(tl.float32)
-    if HAS_PHI:
-        phi = tl.load(mo_ptr + rp, mask=pmask, other=0.0).to(tl.float32)
-    return v, psi, zz, phi
-
-
-@triton.jit
-def _rows_output_lanes(y, v, psi, zz, phi, p0, Dh, b, h, P, H, out_ptr, R: tl.constexpr, HAS_D: tl.constexpr,
-                       HAS_Z: tl.constexpr, HAS_PSI: tl.constexpr, HAS_PHI: tl.constexpr, PER_RANK: tl.constexpr):
-    """_rows_output (without RMSNorm) for the 8 rows from p0 with y in the lanes' form (:func:`_lanes_rows`) and
-    :func:`_lanes_inputs`' loads. Returns the store (pointers, fp32 values, mask)."""
-    DUP: tl.constexpr = 16 // (4 * R)
-    pp, pmask, _rp, rk, cc = _lanes_rows(p0, h, P, R)
-    if HAS_D:
-        if HAS_PSI:
-            y += Dh * v * psi
-        else:
-            y += Dh * v
-    if HAS_Z:
         y = y * zz * tl.sigmoid(zz)
     if PER_RANK:
-        return out_ptr + ((b * R + rk) * H + h) * P + pp, y, pmask & (cc % DUP == 0)[None, :]
+        tl.store(out_ptr + ((b * R + rk) * H + h) * P + pp, y.to(out_ptr.dtype.element_ty),
+                 mask=pmask & (cc % DUP == 0)[None, :])
     else:
         if HAS_PHI:
-            y = y * phi
+            y = y * tl.load(mo_ptr + rp, mask=pmask, other=0.0).to(tl.float32)
         total = tl.sum(tl.reshape(y, (2, R, 16 // R)), axis=1)            # over the ranks: (row group, k)
         k = tl.arange(0, 16 // R)
-        pt = p0 + tl.arange(0, 2)[:, None] + 2 * (k // DUP)[None, :]
-        return out_ptr + (b * H + h) * P + pt, total, (pt < P) & (k % DUP == 0)[None, :]
+        pt = p0 + g[:, None] + 2 * (k // DUP)[None, :]
+        tl.store(out_ptr + (b * H + h) * P + pt, total.to(out_ptr.dtype.element_ty),
+                 mask=(pt < P) & (k % DUP == 0)[None, :])
 
 
 @triton.jit
@@ -466,7 +436,6 @@ def mamba3_step_kernel(
     ADJACENT: tl.constexpr, HAS_SBI: tl.constexpr, HAS_D: tl.constexpr,
     HAS_Z: tl.constexpr, HAS_PSI: tl.constexpr, HAS_ZETA: tl.constexpr, HAS_PHI: tl.constexpr,
     PER_RANK: tl.constexpr, RMS_NORM: tl.constexpr, HAS_NW: tl.constexpr, LANE_SUMS: tl.constexpr,
-    EARLY_OUT: tl.constexpr = False,
 ):
     """The state update and output of ROW_TILES × BLOCK_P rows of one (batch row, head); see the module docstring.
 
@@ -503,20 +472,6 @@ def mamba3_step_kernel(
             theta, q_rot, k_rot, k_old = _pair_vectors(q_row, stride_qr, k_row, stride_kr, qb_ptr + h * R * N,
                                                        kb_ptr + h * R * N, sk_row, stride_skr, sa_row, ang_row, 0,
                                                        dt, A, N, R, HALF, ADJACENT)
-            z_row = z_ptr + b * stride_zb + h * stride_zh
-            if EARLY_OUT:  # the previous tile's output store, pending (none before the first tile: rows from P)
-                if LANES:
-                    zeros = tl.zeros((2, 16), dtype=tl.float32)
-                    out_st, out_val, out_mask = _rows_output_lanes(zeros, zeros, zeros, zeros, zeros, P, Dh, b, h,
-                                                                   P, H, out_ptr, R, HAS_D, HAS_Z, HAS_PSI,
-                                                                   HAS_PHI, PER_RANK)
-                else:
-                    none = P + tl.arange(0, BLOCK_P)
-                    out_st, out_val, out_mask = _rows_output(
-                        tl.zeros((BLOCK_P, BLOCK_R), dtype=tl.float32), tl.zeros((BLOCK_P,), dtype=tl.float32),
-                        tl.zeros((BLOCK_P,), dtype=tl.float32), Dh, b, h, none, none < P, P, H, norm_eps, mv_ptr,
-                        mz_ptr, mo_ptr, nw_ptr, out_ptr, R, BLOCK_R, HAS_D, HAS_Z, HAS_PSI, HAS_ZETA, HAS_PHI,
-                        PER_RANK, RMS_NORM, HAS_NW)
             for t in range(ROW_TILES):
                 pp = p0 + t * BLOCK_P + tl.arange(0, BLOCK_P)
                 pmask = pp < P
@@ -524,39 +479,20 @@ def mamba3_step_kernel(
                     next_rows = pp + BLOCK_P
                     next_lo, next_hi = _load_pair_tile(ss_row, next_rows, (next_rows < P) & (t + 1 < ROW_TILES),
                                                        0, HALF, N, stride_ssp, ADJACENT)
-                if EARLY_OUT:
-                    # The previous tile's output, stored here: ptxas keeps a load before a later store it cannot
-                    # prove apart, so the next tile's loads above are issued first, a whole tile's work ahead of
-                    # their use (without it, the sm_90 SASS issues them after this tile's update, ≈ 360 of the
-                    # loop's 732 instructions before the next iteration reads them); and this tile's output stage
-                    # loads before its state store (below), so they too are issued with the row inputs.
-                    tl.store(out_st, out_val.to(out_ptr.dtype.element_ty), mask=out_mask)
-                    if LANES:
-                        lane_in = _lanes_inputs(p0 + t * BLOCK_P, v_row, z_row, h, P, mv_ptr, mz_ptr, mo_ptr, R,
-                                                HAS_D, HAS_Z, HAS_PSI, HAS_ZETA, HAS_PHI)
-                v, vprev, zz = _row_inputs(v_row, sv_row, z_row, pp, pmask, HAS_Z)
+                v, vprev, zz = _row_inputs(v_row, sv_row, z_ptr + b * stride_zb + h * stride_zh, pp, pmask, HAS_Z)
                 lo, hi, y = _update_pair_tile(lo, hi, alpha, gamma * v, beta * vprev, q_rot, k_rot, k_old,
                                               mv_ptr + h * R * P, pp, pmask, P, R, BLOCK_R, HAS_PSI, LANES)
                 _store_pair_tile(ss_row, pp, pmask, 0, lo, hi, HALF, N, stride_ssp, ADJACENT)
                 if LANES:
-                    if not EARLY_OUT:
-                        lane_in = _lanes_inputs(p0 + t * BLOCK_P, v_row, z_row, h, P, mv_ptr, mz_ptr, mo_ptr, R,
-                                                HAS_D, HAS_Z, HAS_PSI, HAS_ZETA, HAS_PHI)
-                    lv, lpsi, lzz, lphi = lane_in
-                    st, val, mask = _rows_output_lanes(y, lv, lpsi, lzz, lphi, p0 + t * BLOCK_P, Dh, b, h, P, H,
-                                                       out_ptr, R, HAS_D, HAS_Z, HAS_PSI, HAS_PHI, PER_RANK)
+                    _finish_rows_lanes(y, p0 + t * BLOCK_P, v_row, z_ptr + b * stride_zb + h * stride_zh, Dh, b, h,
+                                       P, H, mv_ptr, mz_ptr, mo_ptr, out_ptr, R, HAS_D, HAS_Z, HAS_PSI, HAS_ZETA,
+                                       HAS_PHI, PER_RANK)
                 else:
-                    st, val, mask = _rows_output(y, v, zz, Dh, b, h, pp, pmask, P, H, norm_eps, mv_ptr, mz_ptr,
-                                                 mo_ptr, nw_ptr, out_ptr, R, BLOCK_R, HAS_D, HAS_Z, HAS_PSI,
-                                                 HAS_ZETA, HAS_PHI, PER_RANK, RMS_NORM, HAS_NW)
-                if EARLY_OUT:
-                    out_st, out_val, out_mask = st, val, mask
-                else:
-                    tl.store(st, val.to(out_ptr.dtype.element_ty), mask=mask)
+                    _finish_rows(y, v, zz, Dh, b, h, pp, pmask, P, H, norm_eps, mv_ptr, mz_ptr, mo_ptr, nw_ptr,
+                                 out_ptr, R, BLOCK_R, HAS_D, HAS_Z, HAS_PSI, HAS_ZETA, HAS_PHI, PER_RANK, RMS_NORM,
+                                 HAS_NW)
                 if ROW_TILES > 1:
                     lo, hi = next_lo, next_hi
-            if EARLY_OUT:
-                tl.store(out_st, out_val.to(out_ptr.dtype.element_ty), mask=out_mask)
             if WRITE_SMALL:  # every old θ, k̃ and v of this (row, head) has been read, by this program alone
                 _store_small_states(theta, k_rot, v_row, sa_row, sk_row, stride_skr, sv_row, P, A, N, R, HALF,
                                     BLOCK_P, ROW_TILES, ADJACENT)
@@ -578,15 +514,12 @@ def mamba3_step_kernel(
                 _store_pair_tile(ss_row, pp, pmask, j0, lo, hi, HALF, N, stride_ssp, ADJACENT)
                 lo, hi = next_lo, next_hi
             if LANES:
-                lv, lpsi, lzz, lphi = _lanes_inputs(p0, v_row, z_ptr + b * stride_zb + h * stride_zh, h, P, mv_ptr,
-                                                    mz_ptr, mo_ptr, R, HAS_D, HAS_Z, HAS_PSI, HAS_ZETA, HAS_PHI)
-                st, val, mask = _rows_output_lanes(y, lv, lpsi, lzz, lphi, p0, Dh, b, h, P, H, out_ptr, R, HAS_D,
-                                                   HAS_Z, HAS_PSI, HAS_PHI, PER_RANK)
+                _finish_rows_lanes(y, p0, v_row, z_ptr + b * stride_zb + h * stride_zh, Dh, b, h, P, H, mv_ptr,
+                                   mz_ptr, mo_ptr, out_ptr, R, HAS_D, HAS_Z, HAS_PSI, HAS_ZETA, HAS_PHI, PER_RANK)
             else:
-                st, val, mask = _rows_output(y, v, zz, Dh, b, h, pp, pmask, P, H, norm_eps, mv_ptr, mz_ptr, mo_ptr,
-                                             nw_ptr, out_ptr, R, BLOCK_R, HAS_D, HAS_Z, HAS_PSI, HAS_ZETA, HAS_PHI,
-                                             PER_RANK, RMS_NORM, HAS_NW)
-            tl.store(st, val.to(out_ptr.dtype.element_ty), mask=mask)
+                _finish_rows(y, v, zz, Dh, b, h, pp, pmask, P, H, norm_eps, mv_ptr, mz_ptr, mo_ptr, nw_ptr,
+                             out_ptr, R, BLOCK_R, HAS_D, HAS_Z, HAS_PSI, HAS_ZETA, HAS_PHI, PER_RANK, RMS_NORM,
+                             HAS_NW)
     else:
         for t in range(ROW_TILES):
             pp = p0 + t * BLOCK_P + tl.arange(0, BLOCK_P)

@@ -80,8 +80,7 @@ def build_launches(q, k, v, adt, dt, trap, q_bias, k_bias, mimo_v, mimo_z, mimo_
                       HAS_D=D is not None, HAS_Z=z is not None,
                       HAS_PSI=mimo_v is not None, HAS_ZETA=mimo_z is not None and z is not None,
                       HAS_PHI=mimo_out is not None, PER_RANK=per_rank, RMS_NORM=bool(rms_norm),
-                      HAS_NW=norm_weight is not None, LANE_SUMS=config.lane_sums, EARLY_OUT=config.early_out,
-                      num_warps=config.num_warps,
+                      HAS_NW=norm_weight is not None, LANE_SUMS=config.lane_sums, num_warps=config.num_warps,
                       num_stages=config.num_stages)
     rows_args = (
         k, v, dt, angles, k_bias, angle_state, k_state, v_state, sbi,
