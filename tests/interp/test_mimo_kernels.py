@@ -185,8 +185,9 @@ def test_scan_forward_p_blocks_varlen(with_out, scan_calls):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
 def test_scan_gather_is_bit_identical(dtype, scan_calls):
     """``MimoConfig.scan_gather`` (the default): the scan kernel's operands loaded per row are the values it
-    otherwise loads per token or rank and broadcasts, so every error against float64 is the same number, in both walks (forward and the
-    backward's states-only walk), over two P blocks, packed sequences, input states and GQA."""
+    otherwise loads per token or rank and broadcasts, so every error against float64 is the same number, in both
+    walks (forward and the backward's states-only walk), over two P blocks, packed sequences, input states and
+    GQA."""
     import dataclasses
 
     from mamba3.ops.mimo.configs import MimoConfig

@@ -85,8 +85,10 @@ class MimoConfig:
         results. AOT sm_90, bf16, P = 64, per chunk: the forward walk's barriers 56 → 39, instructions 2027 → 1922,
         spill reloads 31 → 8 (spills 208 → 88 B), global loads 57 → 82; the states-only walk's barriers 18 → 7,
         instructions 586 → 611. H200, bf16, B8 T4096, forward / forward+backward: 5.24 / 30.47 ms broadcast, 4.82 /
-        29.53 gathered (twenty-eighth session), so it is on. (The same change in the chunk-parallel kernels trades their
-        barriers for spills: dq 74 → 42 barriers but 189 → 361 reloads per head, so they broadcast.)
+        29.53 gathered (twenty-eighth session), so it is on. The same change elsewhere trades barriers for spills
+        (AOT sm_90, bf16): the chunk-parallel dq kernel 74 → 42 barriers but 189 → 361 reloads per head, the
+        output kernel's backward pass 117 → 81 barriers but spills 264 → 712 B, the backward's reverse state walk
+        (``mimo_state_scan_bwd_kernel``) 35 → 19 barriers but 19 → 88 reloads per chunk; so they broadcast.
     bwd16_dqk: with ``bwd_dots16``, whether the dq and dk kernels take 16-bit dots on ``bk_bwd16`` blocks too (True)
         or keep tf32 dots on ``bk_bwd`` blocks, the dv kernel alone running 16-bit on ``bk_bwd16`` blocks (False, the
         default). H200, P = 64, bf16, B8 T4096, per kernel of one forward+backward (twenty-sixth session,
