@@ -110,10 +110,12 @@ def test_no_out_of_bounds_writes_and_pooled_rows(P, N, R):
 
 
 @pytest.mark.parametrize("drop", ["z", "D", "z+D"])
-@pytest.mark.parametrize("R,N", [(4, 128), (2, 256)])
-def test_lane_sums_without_optional_inputs(drop, R, N):
-    """The lanes' output stage (MIMO R = 2 / 4 at N ≥ 128) without the gate (z, hence mimo_z) or D."""
-    x, st = inputs(3, 5, 4, 1, 40, N, R, torch.float32, False, seed=R + N)
+@pytest.mark.parametrize("R,N,bsz,H", [(4, 128, 3, 4), (2, 256, 3, 4), (4, 128, 16, 64)],
+                         ids=["R4-N128", "R2-N256", "R4-N128-large-batch"])
+def test_lane_sums_without_optional_inputs(drop, R, N, bsz, H):
+    """The lanes' output stage (MIMO R = 2 / 4 at N ≥ 128) without the gate (z, hence mimo_z) or D; at batch × heads
+    ≥ 1024 one program streams eight 8-row tiles, each with its row inputs loaded a tile ahead (rows ≥ 40 masked)."""
+    x, st = inputs(bsz, 5, H, 1, 40, N, R, torch.float32, False, seed=R + N)
     for name in drop.split("+"):
         x[name] = None
     out, states = chain(x, st, False, 5, "triton")

@@ -5,11 +5,12 @@ program may already have overwritten:
 
 * ``mamba3_step_kernel`` — grid (row-tile group, head, batch row). With whole state rows per tile (BLOCK_N ≥ N) a
   program computes θ', q̃_r, k̃_r and loads the previous k̃_r once (in registers, tuples over r), then streams
-  ROW_TILES tiles of BLOCK_P rows of the fp32 (P × N) state, the next tile prefetched, updating each in place and
-  finishing its rows' outputs (D, RMSNorm over P, gate, rank contraction). When one program holds all of P
-  (WRITE_SMALL) it alone has read the old θ, k̃ and v of its (row, head), so it writes the new ones itself after a
-  barrier: one launch. With N in several tiles (BLOCK_N < N: large N with many ranks) a program holds one row
-  tile and streams its pair blocks, the next one prefetched, q̃/k̃ computed per block.
+  ROW_TILES tiles of BLOCK_P rows of the fp32 (P × N) state, the next tile and its rows' v, v_prev, z and ψ_r
+  prefetched, updating each in place and finishing its rows' outputs (D, RMSNorm over P, gate, rank contraction).
+  When one program holds all of P (WRITE_SMALL) it alone has read the old θ, k̃ and v of its (row, head), so it
+  writes the new ones itself after a barrier: one launch. With N in several tiles (BLOCK_N < N: large N with many
+  ranks) a program holds one row tile and streams its pair blocks, the next one prefetched, q̃/k̃ computed per
+  block.
 * ``mamba3_step_rows_kernel`` — grid (head, batch row), after the state kernel when several programs share a
   (row, head): writes θ', k̃ and v. It reads the old θ before overwriting it (a barrier between, as above).
 
@@ -66,13 +67,13 @@ def _new_angle(sa_row, ang_row, j, mask, dt):
 
 
 @triton.jit
-def _rank_inputs(u_new, u_old, psi_row, pp, pmask, HAS_PSI: tl.constexpr):
-    """The rows' γv and βv_prev scaled by the rank's ψ (MIMO_V) when there is one."""
+def _rank_scales(mv_h, pp, pmask, P, R: tl.constexpr, HAS_PSI: tl.constexpr):
+    """ψ_r of the rows pp (MIMO_V), a tuple over r; empty without it."""
+    psi = ()
     if HAS_PSI:
-        psi = tl.load(psi_row + pp, mask=pmask, other=0.0).to(tl.float32)
-        return u_new * psi, u_old * psi
-    else:
-        return u_new, u_old
+        for r in tl.static_range(R):
+            psi = psi + (tl.load(mv_h + r * P + pp, mask=pmask, other=0.0).to(tl.float32),)
+    return psi
 
 
 @triton.jit
@@ -247,15 +248,20 @@ def _lane_partials(lo, hi, q_lo, q_hi):
 
 
 @triton.jit
-def _update_pair_tile(lo, hi, alpha, u_new, u_old, q_rot, k_rot, k_old, mv_h, pp, pmask, P,
+def _update_pair_tile(lo, hi, alpha, u_new, u_old, psi, q_rot, k_rot, k_old,
                       R: tl.constexpr, BLOCK_R: tl.constexpr, HAS_PSI: tl.constexpr, LANES: tl.constexpr):
     """One (lo, hi) state tile: h' = α h + Σ_r (γ v ψ_r) k̃_rᵀ + (β v_prev ψ_r) k̃_prev,rᵀ, one FMA per term, and
-    the tile's part of y_r = h' q̃_r. Returns (lo', hi', y): y is (rows × BLOCK_R), or with LANES the lanes' form
-    (2 × 16) of the module docstring."""
+    the tile's part of y_r = h' q̃_r (ψ: _rank_scales of the tile's rows). Returns (lo', hi', y): y is
+    (rows × BLOCK_R), or with LANES the lanes' form (2 × 16) of the module docstring."""
     lo = alpha * lo.to(tl.float32)
     hi = alpha * hi.to(tl.float32)
     for r in tl.static_range(R):
-        un, uo = _rank_inputs(u_new, u_old, mv_h + r * P, pp, pmask, HAS_PSI)
+        if HAS_PSI:
+            un = u_new * psi[r]
+            uo = u_old * psi[r]
+        else:
+            un = u_new
+            uo = u_old
         k_lo, k_hi = k_rot[r]
         ko_lo, ko_hi = k_old[r]
         lo = lo + un[:, None] * k_lo[None, :]
@@ -320,37 +326,55 @@ def _finish_rows(y, v, zz, Dh, b, h, pp, pmask, P, H, norm_eps, mv_ptr, mz_ptr, 
 
 
 @triton.jit
-def _finish_rows_lanes(y, p0, v_row, z_row, Dh, b, h, P, H, mv_ptr, mz_ptr, mo_ptr, out_ptr, R: tl.constexpr,
-                       HAS_D: tl.constexpr, HAS_Z: tl.constexpr, HAS_PSI: tl.constexpr, HAS_ZETA: tl.constexpr,
-                       HAS_PHI: tl.constexpr, PER_RANK: tl.constexpr):
-    """_finish_rows (without RMSNorm) for the 8 rows from p0 with y in the lanes' form: y[g, c] is value
-    j = c // DUP (DUP = 16 / 4R copies per value) = rank j // 4 of row p0 + g + 2 (j % 4). v and z are reloaded in
-    that layout (cache hits)."""
+def _lane_inputs(p0, v_row, z_row, Dh, h, P, mv_ptr, mz_ptr, mo_ptr, R: tl.constexpr, HAS_D: tl.constexpr,
+                 HAS_Z: tl.constexpr, HAS_PSI: tl.constexpr, HAS_ZETA: tl.constexpr, HAS_PHI: tl.constexpr):
+    """What _finish_rows_lanes needs besides y for the 8 rows from p0, in y's lanes' form (y[g, c] is value
+    j = c // DUP, DUP = 16 / 4R copies per value, = rank j // 4 of row p0 + g + 2 (j % 4)): the skip term's scale
+    D·v·ψ, the gate z·ζ and the output weight φ (1.0 where absent; with HAS_Z false the gate is unused). v and z
+    are loaded again in this layout (the tile's first loads were in another one): issued before the tile's
+    update, so that they arrive while it runs."""
     DUP: tl.constexpr = 16 // (4 * R)
+    g = tl.arange(0, 2)
+    j = tl.arange(0, 16) // DUP
+    pp = p0 + g[:, None] + 2 * (j % 4)[None, :]
+    pmask = pp < P
+    rp = (h * R + (j // 4)[None, :]) * P + pp
+    skip = 0.0
+    if HAS_D:
+        skip = Dh * tl.load(v_row + pp, mask=pmask, other=0.0).to(tl.float32)
+        if HAS_PSI:
+            skip = skip * tl.load(mv_ptr + rp, mask=pmask, other=0.0).to(tl.float32)
+    gate = 1.0
+    if HAS_Z:
+        gate = tl.load(z_row + pp, mask=pmask, other=0.0).to(tl.float32)
+        if HAS_ZETA:
+            gate = gate * tl.load(mz_ptr + rp, mask=pmask, other=0.0).to(tl.float32)
+    phi = 1.0
+    if HAS_PHI:
+        phi = tl.load(mo_ptr + rp, mask=pmask, other=0.0).to(tl.float32)
+    return skip, gate, phi
+
+
+@triton.jit
+def _finish_rows_lanes(y, lane_in, p0, b, h, P, H, out_ptr, R: tl.constexpr, HAS_D: tl.constexpr,
+                       HAS_Z: tl.constexpr, HAS_PHI: tl.constexpr, PER_RANK: tl.constexpr):
+    """_finish_rows (without RMSNorm) for the 8 rows from p0 with y and lane_in (_lane_inputs) in the lanes' form."""
+    DUP: tl.constexpr = 16 // (4 * R)
+    skip, gate, phi = lane_in
     g = tl.arange(0, 2)
     cc = tl.arange(0, 16)
     j = cc // DUP
-    rk = (j // 4)[None, :]
     pp = p0 + g[:, None] + 2 * (j % 4)[None, :]
-    pmask = pp < P
-    rp = (h * R + rk) * P + pp
     if HAS_D:
-        v = tl.load(v_row + pp, mask=pmask, other=0.0).to(tl.float32)
-        if HAS_PSI:
-            y += Dh * v * tl.load(mv_ptr + rp, mask=pmask, other=0.0).to(tl.float32)
-        else:
-            y += Dh * v
+        y += skip
     if HAS_Z:
-        zz = tl.load(z_row + pp, mask=pmask, other=0.0).to(tl.float32)
-        if HAS_ZETA:
-            zz = zz * tl.load(mz_ptr + rp, mask=pmask, other=0.0).to(tl.float32)
-        y = y * zz * tl.sigmoid(zz)
+        y = y * gate * tl.sigmoid(gate)
     if PER_RANK:
-        tl.store(out_ptr + ((b * R + rk) * H + h) * P + pp, y.to(out_ptr.dtype.element_ty),
-                 mask=pmask & (cc % DUP == 0)[None, :])
+        tl.store(out_ptr + ((b * R + (j // 4)[None, :]) * H + h) * P + pp, y.to(out_ptr.dtype.element_ty),
+                 mask=(pp < P) & (cc % DUP == 0)[None, :])
     else:
         if HAS_PHI:
-            y = y * tl.load(mo_ptr + rp, mask=pmask, other=0.0).to(tl.float32)
+            y = y * phi
         total = tl.sum(tl.reshape(y, (2, R, 16 // R)), axis=1)            # over the ranks: (row group, k)
         k = tl.arange(0, 16 // R)
         pt = p0 + g[:, None] + 2 * (k // DUP)[None, :]
@@ -459,6 +483,7 @@ def mamba3_step_kernel(
         q_row = q_ptr + b * stride_qb + g * stride_qg
         k_row = k_ptr + b * stride_kb + g * stride_kg
         ang_row = ang_ptr + b * stride_angb + h * stride_angh
+        z_row = z_ptr + b * stride_zb + h * stride_zh
         # The first state tile is requested before anything else (warps issue in order: an early use of a
         # loaded value would hold back every load behind it).
         pp = p0 + tl.arange(0, BLOCK_P)
@@ -472,34 +497,50 @@ def mamba3_step_kernel(
             theta, q_rot, k_rot, k_old = _pair_vectors(q_row, stride_qr, k_row, stride_kr, qb_ptr + h * R * N,
                                                        kb_ptr + h * R * N, sk_row, stride_skr, sa_row, ang_row, 0,
                                                        dt, A, N, R, HALF, ADJACENT)
+            # Each tile's row inputs (v, v_prev, z, ψ_r) are requested one tile ahead, beside the next state tile,
+            # and the output stage's (_lane_inputs) at the top of their tile: requested where they are used, after
+            # the previous stores (the compiler cannot hoist a load above a store that might alias it), they were
+            # waited for at once with too few other warps to hide it (8 of these ≈ 250-register programs per SM;
+            # H200, batch 128, R = 4: 0.1653 → 0.1583 ms, benchmarks/results/step_pipelined_h200.md)
+            pmask = pp < P
+            v, vprev, zz = _row_inputs(v_row, sv_row, z_row, pp, pmask, HAS_Z)
+            psi = _rank_scales(mv_ptr + h * R * P, pp, pmask, P, R, HAS_PSI)
             for t in range(ROW_TILES):
                 pp = p0 + t * BLOCK_P + tl.arange(0, BLOCK_P)
                 pmask = pp < P
                 if ROW_TILES > 1:  # the next tile (nothing after the last one)
                     next_rows = pp + BLOCK_P
-                    next_lo, next_hi = _load_pair_tile(ss_row, next_rows, (next_rows < P) & (t + 1 < ROW_TILES),
-                                                       0, HALF, N, stride_ssp, ADJACENT)
-                v, vprev, zz = _row_inputs(v_row, sv_row, z_ptr + b * stride_zb + h * stride_zh, pp, pmask, HAS_Z)
-                lo, hi, y = _update_pair_tile(lo, hi, alpha, gamma * v, beta * vprev, q_rot, k_rot, k_old,
-                                              mv_ptr + h * R * P, pp, pmask, P, R, BLOCK_R, HAS_PSI, LANES)
+                    next_mask = (next_rows < P) & (t + 1 < ROW_TILES)
+                    next_lo, next_hi = _load_pair_tile(ss_row, next_rows, next_mask, 0, HALF, N, stride_ssp,
+                                                       ADJACENT)
+                    next_v, next_vprev, next_zz = _row_inputs(v_row, sv_row, z_row, next_rows, next_mask, HAS_Z)
+                    next_psi = _rank_scales(mv_ptr + h * R * P, next_rows, next_mask, P, R, HAS_PSI)
+                if LANES:
+                    lane_in = _lane_inputs(p0 + t * BLOCK_P, v_row, z_row, Dh, h, P, mv_ptr, mz_ptr, mo_ptr, R,
+                                           HAS_D, HAS_Z, HAS_PSI, HAS_ZETA, HAS_PHI)
+                lo, hi, y = _update_pair_tile(lo, hi, alpha, gamma * v, beta * vprev, psi, q_rot, k_rot, k_old,
+                                              R, BLOCK_R, HAS_PSI, LANES)
                 _store_pair_tile(ss_row, pp, pmask, 0, lo, hi, HALF, N, stride_ssp, ADJACENT)
                 if LANES:
-                    _finish_rows_lanes(y, p0 + t * BLOCK_P, v_row, z_ptr + b * stride_zb + h * stride_zh, Dh, b, h,
-                                       P, H, mv_ptr, mz_ptr, mo_ptr, out_ptr, R, HAS_D, HAS_Z, HAS_PSI, HAS_ZETA,
-                                       HAS_PHI, PER_RANK)
+                    _finish_rows_lanes(y, lane_in, p0 + t * BLOCK_P, b, h, P, H, out_ptr, R, HAS_D, HAS_Z, HAS_PHI,
+                                       PER_RANK)
                 else:
                     _finish_rows(y, v, zz, Dh, b, h, pp, pmask, P, H, norm_eps, mv_ptr, mz_ptr, mo_ptr, nw_ptr,
                                  out_ptr, R, BLOCK_R, HAS_D, HAS_Z, HAS_PSI, HAS_ZETA, HAS_PHI, PER_RANK, RMS_NORM,
                                  HAS_NW)
                 if ROW_TILES > 1:
                     lo, hi = next_lo, next_hi
+                    v, vprev, zz, psi = next_v, next_vprev, next_zz, next_psi
             if WRITE_SMALL:  # every old θ, k̃ and v of this (row, head) has been read, by this program alone
                 _store_small_states(theta, k_rot, v_row, sa_row, sk_row, stride_skr, sv_row, P, A, N, R, HALF,
                                     BLOCK_P, ROW_TILES, ADJACENT)
         else:
             pmask = pp < P
-            v, vprev, zz = _row_inputs(v_row, sv_row, z_ptr + b * stride_zb + h * stride_zh, pp, pmask, HAS_Z)
+            v, vprev, zz = _row_inputs(v_row, sv_row, z_row, pp, pmask, HAS_Z)
+            psi = _rank_scales(mv_ptr + h * R * P, pp, pmask, P, R, HAS_PSI)
             if LANES:
+                lane_in = _lane_inputs(p0, v_row, z_row, Dh, h, P, mv_ptr, mz_ptr, mo_ptr, R, HAS_D, HAS_Z, HAS_PSI,
+                                       HAS_ZETA, HAS_PHI)
                 y = tl.zeros((2, 16), dtype=tl.float32)
             else:
                 y = tl.zeros((BLOCK_P, BLOCK_R), dtype=tl.float32)
@@ -508,14 +549,13 @@ def mamba3_step_kernel(
                 _theta, q_rot, k_rot, k_old = _pair_vectors(q_row, stride_qr, k_row, stride_kr, qb_ptr + h * R * N,
                                                             kb_ptr + h * R * N, sk_row, stride_skr, sa_row, ang_row,
                                                             j0, dt, A, N, R, HALF, ADJACENT)
-                lo, hi, y_part = _update_pair_tile(lo, hi, alpha, gamma * v, beta * vprev, q_rot, k_rot, k_old,
-                                                   mv_ptr + h * R * P, pp, pmask, P, R, BLOCK_R, HAS_PSI, LANES)
+                lo, hi, y_part = _update_pair_tile(lo, hi, alpha, gamma * v, beta * vprev, psi, q_rot, k_rot, k_old,
+                                                   R, BLOCK_R, HAS_PSI, LANES)
                 y += y_part
                 _store_pair_tile(ss_row, pp, pmask, j0, lo, hi, HALF, N, stride_ssp, ADJACENT)
                 lo, hi = next_lo, next_hi
             if LANES:
-                _finish_rows_lanes(y, p0, v_row, z_ptr + b * stride_zb + h * stride_zh, Dh, b, h, P, H, mv_ptr,
-                                   mz_ptr, mo_ptr, out_ptr, R, HAS_D, HAS_Z, HAS_PSI, HAS_ZETA, HAS_PHI, PER_RANK)
+                _finish_rows_lanes(y, lane_in, p0, b, h, P, H, out_ptr, R, HAS_D, HAS_Z, HAS_PHI, PER_RANK)
             else:
                 _finish_rows(y, v, zz, Dh, b, h, pp, pmask, P, H, norm_eps, mv_ptr, mz_ptr, mo_ptr, nw_ptr,
                              out_ptr, R, BLOCK_R, HAS_D, HAS_Z, HAS_PSI, HAS_ZETA, HAS_PHI, PER_RANK, RMS_NORM,
