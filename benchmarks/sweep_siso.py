@@ -47,10 +47,6 @@ CANDIDATES = {
     # the forward's chunk states in fp32 where the scan runs (before SisoConfig.states16 became the default: half the
     # state traffic of the scan's stores and the output kernel's loads; bit-identical results)
     "bf16-joined-c64-w4/8-states32": ("bf16", SisoConfig(64, 64, 64, 4, 8, 1, states16=False)),
-    # the chunk-state scan requesting the next chunk's rows into L1 / L2 a step ahead (twenty-ninth session's ncu
-    # profile: 23-28 % of the scan's warp samples on one wait for its chunk's loads)
-    "bf16-joined-c64-w4/8-pfL1": ("bf16", SisoConfig(64, 64, 64, 4, 8, 1, scan_prefetch="L1")),
-    "bf16-joined-c64-w4/8-pfL2": ("bf16", SisoConfig(64, 64, 64, 4, 8, 1, scan_prefetch="L2")),
     "fp32-x3-c32-b32-w4/8": ("fp32", SisoConfig(32, 32, 32, 4, 8, 1, half_dots=False, halves=True,
                                                 fp32_prec="tf32x3")),
     "fp32-x3-c64-b32-w4/8": ("fp32", SisoConfig(64, 32, 32, 4, 8, 1, half_dots=False, halves=True,

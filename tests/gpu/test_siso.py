@@ -88,29 +88,6 @@ def test_forward_states16(feature, dtype, monkeypatch):
     _check(args)
 
 
-@pytest.mark.parametrize("feature", ["base", "states", "varlen-states", "T-odd"])
-@pytest.mark.parametrize("level", ["L1", "L2"])
-@pytest.mark.parametrize("dtype", ["bf16", "fp32"])
-def test_scan_prefetch(feature, level, dtype, monkeypatch):
-    """``SisoConfig.scan_prefetch`` (candidate) on the forced scan, forward and the backward's reverse pass: the
-    results of the scan without it, bit for bit (a prefetch only moves lines between caches), and within the bars
-    against float64; varlen and odd T check the next chunk's rows (a new sequence's, a short last chunk)."""
-    from mamba3.ops.siso.check import force_config, siso_kernel
-    from mamba3.testing.compare import with_grads
-
-    args = _case(dtype=DT[dtype], N=128, P=128, A=32, **FEATURES[feature])
-    force_config(monkeypatch, scan_states=True)
-    want = with_grads(siso_kernel(None), args)
-    monkeypatch.undo()
-    force_config(monkeypatch, scan_states=True, scan_prefetch=level)
-    got = with_grads(siso_kernel(None), args, want[3])
-    assert torch.equal(got[0], want[0]), "output differs from the scan's without prefetch"
-    for name in want[2]:
-        assert (got[2][name] is None) == (want[2][name] is None) and (
-            got[2][name] is None or torch.equal(got[2][name], want[2][name])), name
-    _check(args)
-
-
 @pytest.mark.parametrize("dtype", ["bf16", "fp16"])
 def test_scan_states_chosen_on_full_grids(dtype, monkeypatch):
     """The launcher's own choice (``function._scan_states``) on a dense 16-bit batch of ≥ 1.5 scan programs per SM:

@@ -82,20 +82,12 @@ class SisoConfig:
     # H200, B8 T4096 (twenty-first session, sweep_siso.py, fp32 / 16-bit / fp32 states in one run): forward 1.236 /
     # 1.170 / 1.238 ms, forward+backward 6.520 / 6.429 / 6.503 (the scan kernels 1.236 → 1.182, output 0.633 → 0.624).
     states16: bool = True
-    # Candidate (not measured yet): "L1" or "L2" makes each step of the chunk-state scan request the next chunk's
-    # rows (x, k, sin / cos θ, coefficients) into that cache before working on its own; "" does not. The scan
-    # program walks its chunks in order and loads each chunk's tiles at the step's top, where an Nsight Compute
-    # profile (H200, B8 T4096 bf16, twenty-ninth session) had 23-28 % of its warp samples waiting on them in one
-    # instruction. Ignored off the scan path and under the interpreter.
-    scan_prefetch: str = ""
 
     def __post_init__(self):
         if self.halves and self.half_dots:
             # 16-bit dots on the stride-2 halves compiled but faulted (illegal address) and returned wrong gradients
             # on the H200 (Triton 3.6, bn = 32 and 64; the interpreter runs them exactly): not offered
             raise ValueError("SisoConfig: halves=True needs fp32 dot operands (half_dots=False)")
-        if self.scan_prefetch not in ("", "L1", "L2"):
-            raise ValueError(f"SisoConfig: scan_prefetch must be '', 'L1' or 'L2', got {self.scan_prefetch!r}")
         if self.fp32_prec not in ("ieee", "tf32x3"):
             raise ValueError(f"SisoConfig: fp32_prec must be 'ieee' or 'tf32x3', got {self.fp32_prec!r}")
 

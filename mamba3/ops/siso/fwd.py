@@ -36,8 +36,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from ..common.tiles import (COMPILED, add_bias_pairs, batch_strides, chunk_row, chunk_coefficients, fast_exp,
-                            fast_sigmoid, head_angle_rows, join_pairs, load_pairs, rotation_tile)
+from ..common.tiles import (add_bias_pairs, batch_strides, chunk_row, chunk_coefficients, fast_exp, fast_sigmoid,
+                            head_angle_rows, join_pairs, load_pairs, rotation_tile)
 
 
 @triton.jit
@@ -92,51 +92,6 @@ def local_chunk_state(x_ptr, z_ptr, k_ptr, kb_ptr, coef_ptr, coef_plane, rot_ptr
         kr = join_pairs(kre, kro, C, BN)  # [C, BN]
         s_loc = tl.dot(xw, kr.to(DOT_DT), input_precision=PREC)  # [BP, BN]
         return s_loc, s_loc
-
-
-_PREFETCH_L1_PTX = tl.constexpr("prefetch.global.L1 [$1];\nmov.u32 $0, 0;")
-_PREFETCH_L2_PTX = tl.constexpr("prefetch.global.L2 [$1];\nmov.u32 $0, 0;")
-
-
-@triton.jit
-def prefetch_lines(ptrs, LEVEL: tl.constexpr):
-    """Ask the memory system for the cache lines holding ``ptrs`` (one request per element, into L1 or L2 as
-    LEVEL says). No registers are filled and nothing waits for it; compiled kernels only (inline PTX)."""
-    if LEVEL == "L1":
-        tl.inline_asm_elementwise(_PREFETCH_L1_PTX, "=r,l", [ptrs], dtype=tl.int32, is_pure=False, pack=1)
-    else:
-        tl.inline_asm_elementwise(_PREFETCH_L2_PTX, "=r,l", [ptrs], dtype=tl.int32, is_pure=False, pack=1)
-
-
-@triton.jit
-def prefetch_chunk(x_ptr, z_ptr, k_ptr, coef_ptr, coef_plane, rot_ptr, rot_plane, table_ptr, c, h, nb, p0, T, sx_t,
-                   sk_t, H, HPG, A, N: tl.constexpr, P: tl.constexpr, C: tl.constexpr, BN: tl.constexpr,
-                   MODE: tl.constexpr, HAS_Z: tl.constexpr, LEVEL: tl.constexpr):
-    """Prefetch what :func:`local_chunk_state` will load for chunk ``c`` (state rows from ``p0``, N block ``nb``):
-    one request per token row and tensor (x, z in MODE 1, k, sin θ, cos θ: each row segment is at most 128 bytes of
-    a 16-bit or fp32 tensor, one or two lines) and the chunk's three coefficient rows. Rows past the chunk's end
-    repeat its first row."""
-    sx_b, sk_b, s_h, s_b, _ = batch_strides(T, H, sx_t, sk_t, 0)
-    bidx, t0, L, _t_end = chunk_row(table_ptr, c)
-    i = tl.arange(0, C)
-    t = t0 + tl.where(i < L, i, 0)
-    xrow = bidx * sx_b + t * sx_t + h * P + p0
-    prefetch_lines(x_ptr + xrow, LEVEL)
-    if MODE == 1:
-        if HAS_Z:
-            prefetch_lines(z_ptr + xrow, LEVEL)
-    prefetch_lines(k_ptr + bidx * sk_b + t * sk_t + (h // HPG) * N + nb * BN, LEVEL)
-    if nb * (BN // 2) < A:
-        arow = head_angle_rows(bidx, t, h, T, H, A) + nb * (BN // 2)
-        prefetch_lines(rot_ptr + arow, LEVEL)
-        prefetch_lines(rot_ptr + rot_plane + arow, LEVEL)
-    # the chunk's coefficient rows (planes cs, γ, scale): every 32nd token (128 bytes) and the last
-    j = tl.arange(0, 4)
-    tok = tl.minimum(j * 32, L - 1)
-    row = coef_ptr + bidx * s_b + h * s_h + t0 + tok
-    prefetch_lines(row, LEVEL)
-    prefetch_lines(row + coef_plane, LEVEL)
-    prefetch_lines(row + 2 * coef_plane, LEVEL)
 
 
 @triton.jit
@@ -195,15 +150,14 @@ def chunk_state_scan_kernel(x_ptr, z_ptr, k_ptr, kb_ptr, coef_ptr, coef_plane, r
                             N: tl.constexpr, P: tl.constexpr, C: tl.constexpr, BN: tl.constexpr, BP: tl.constexpr,
                             MODE: tl.constexpr, HAS_Z: tl.constexpr, HAS_BIAS: tl.constexpr,
                             HALVES: tl.constexpr, DOT_DT: tl.constexpr, PREC: tl.constexpr,
-                            HAS_INIT: tl.constexpr, REVERSE: tl.constexpr, PREFETCH: tl.constexpr = ""):
+                            HAS_INIT: tl.constexpr, REVERSE: tl.constexpr):
     """``chunk_state_kernel`` and ``common.state_passing`` in one pass (``function._scan_states``): a program per
     (sequence, head, N block, P block) walks the sequence's chunks in order (REVERSE: from the last), stores the
     running state S entering the chunk (REVERSE: the dS leaving it) into st_ptr, then S ← e^{g_c}·S + the chunk's
     local term (``local_chunk_state``; g_ptr: (nchunks, H) total log-decay per chunk). Start: init_ptr (NS, H, P, N)
     or 0; end: final_ptr. The local terms never go to memory, where the two-pass form writes them, then reads and
     rewrites them: one fp32 state read and write less, at NS·H·(N/BN)·(P/BP) programs instead of
-    chunks·H·(N/BN)·(P/BP). PREFETCH ("L1" / "L2"; ``SisoConfig.scan_prefetch``): each step first requests the next
-    chunk's rows into that cache (compiled kernels; the interpreter ignores it)."""
+    chunks·H·(N/BN)·(P/BP)."""
     s, h, nb, p = state_block_program(H, N, P, BN, BP)
     first = tl.load(seq_table_ptr + s * 2).to(tl.int64)
     n = tl.load(seq_table_ptr + s * 2 + 1)
@@ -223,14 +177,6 @@ def chunk_state_scan_kernel(x_ptr, z_ptr, k_ptr, kb_ptr, coef_ptr, coef_plane, r
                 c = first + n - 1 - jj
             else:
                 c = first + jj
-            if PREFETCH != "" and COMPILED:
-                if jj + 1 < n:
-                    if REVERSE:
-                        c_next = c - 1
-                    else:
-                        c_next = c + 1
-                    prefetch_chunk(x_ptr, z_ptr, k_ptr, coef_ptr, coef_plane, rot_ptr, rot_plane, table_ptr, c_next,
-                                   h, nb, tl.min(p, 0), T, sx_t, sk_t, H, HPG, A, N, P, C, BN, MODE, HAS_Z, PREFETCH)
             la, lb = local_chunk_state(x_ptr, z_ptr, k_ptr, kb_ptr, coef_ptr, coef_plane, rot_ptr, rot_plane,
                                        table_ptr, c, h, nb, p, T, sx_t, sk_t, H, HPG, A, N, P, C, BN, BP, MODE, HAS_Z,
                                        HAS_BIAS, HALVES, DOT_DT, PREC)

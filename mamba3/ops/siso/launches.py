@@ -46,7 +46,7 @@ _LIGHT = ("chunk_sums_kernel", "rotation_kernel", "state_passing_kernel", "angle
           "decay_grad_kernel", "trap_grad_kernel", "chunk_prefix_kernel")
 
 
-def _record(spec, dtype, chunk, dstate, scan_states=False, scan_prefetch=""):
+def _record(spec, dtype, chunk, dstate, scan_states=False):
     import dataclasses
 
     from mamba3.testing.inputs import siso_inputs
@@ -62,7 +62,7 @@ def _record(spec, dtype, chunk, dstate, scan_states=False, scan_prefetch=""):
     F._SPEC_OVERRIDE = spec
     if scan_states:
         F._CONFIG_OVERRIDE = dataclasses.replace(F.choose_config(spec, F.problem_for(args["q"], args["v"], chunk)),
-                                                 scan_states=True, states16=True, scan_prefetch=scan_prefetch)
+                                                 scan_states=True, states16=True)
     try:
         with recording() as rec:
             out, fs = F.siso_triton(args["q"], args["k"], args["v"], args["adt"], args["dt"], args["trap"],
@@ -73,15 +73,6 @@ def _record(spec, dtype, chunk, dstate, scan_states=False, scan_prefetch=""):
     finally:
         F._SPEC_OVERRIDE, F._CONFIG_OVERRIDE = prev, prev_cfg
     return rec
-
-
-def scan_launches(arch: int, dtype, scan_prefetch: str) -> list[KernelLaunch]:
-    """The chunk-state scan's launches (forward, backward recompute, reverse pass) on the dispatcher's N = P = 128
-    tiles with ``SisoConfig.scan_prefetch`` set: the candidate, which the AOT lane's problem classes leave out."""
-    rec = _record(arch_spec(arch), dtype, None, 128, scan_states=True, scan_prefetch=scan_prefetch)
-    return [KernelLaunch(name=f"{kernel.fn.__name__}-MODE{meta['MODE']}-{i}", kernel=kernel, args=tuple(args),
-                         meta=dict(meta))
-            for i, (kernel, grid, args, meta) in enumerate(rec) if kernel.fn.__name__ == "chunk_state_scan_kernel"]
 
 
 def aot_launches(arch: int, *, default_only: bool = False) -> list[KernelLaunch]:
