@@ -121,9 +121,20 @@ def cold_compile():
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--out", required=True, help="JSON path; a .md table is written beside it")
+    ap.add_argument("--out", help="JSON path; a .md table is written beside it")
     ap.add_argument("--shapes", default="all")
+    ap.add_argument("--profile", action="store_true",
+                    help="only run the B=8 T=4096 bf16 forward+backward three times (no timing, no results): for a "
+                         "profiler (scripts/profile_kernels.sh)")
     a = ap.parse_args()
+    if a.profile:
+        fwd, fwdbwd, _leaves = timed_calls(make(SHAPES[0]))
+        for _ in range(3):
+            fwdbwd()
+        torch.cuda.synchronize()
+        return
+    if not a.out:
+        ap.error("--out is required unless --profile")
     info = {
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,

@@ -1,19 +1,23 @@
 #!/usr/bin/env bash
 # Nsight Compute profiles (`--set full`, with per-instruction stall samples) of the kernels that hold the speed
-# targets back. Usage on the device machine: OUT=/some/dir [WHAT="step mimo"] bash scripts/profile_kernels.sh
+# targets back. Usage on the device machine: OUT=/some/dir [WHAT="step mimo siso"] bash scripts/profile_kernels.sh
 #   step   the decode step's state kernel, SISO and MIMO R=4 (bench_step.py's shape: batch 128, H 64, P 64, N 128,
-#          bf16 inputs, fp32 states; its fourth launch, warm), to find what holds MIMO at ≈ 82 % of copy bandwidth
-#          where SISO runs at 94 % (docs/performance.md, twenty-seventh session)                          (≈ 1 min)
+#          bf16 inputs, fp32 states; its fourth launch, warm): MIMO's stalls on its row inputs led to loading them a
+#          tile ahead (docs/performance.md, twenty-ninth session)                                          (≈ 1 min)
 #   mimo   the MIMO forward+backward's tile kernels at issue 4's shape (B8 T4096 bf16; bench_mimo.py --profile runs
 #          three forward+backwards: the second one's six matching launches — the scan forward, its states-only
 #          walk, the output kernel's backward, dq, dk, dv — are profiled)                                (≈ 3 min)
+#   siso   the SISO forward+backward's kernels at issue 3's shape (B8 T4096 bf16; bench_siso.py --profile runs three
+#          forward+backwards: the second one's eight launches of the five kernels that take 95 % of its time — the
+#          rotation ×2, the chunk-state walk ×3 (forward, recomputed, reverse), the output kernel, dv, dq / dk — are
+#          profiled)                                                                                     (≈ 3 min)
 # Writes per target: <name>.ncu-rep (open with ncu-ui), <name>.txt (every section: occupancy, warp stall reasons,
 # memory) and <name>_sass.csv (per-instruction stall samples of the SASS). ncu locks the SM clock, so its durations
 # run ≈ 1.3× the benchmarks'.
 set -uo pipefail
 OUT=${OUT:?set OUT}
 NCU=${NCU:-/usr/local/cuda/bin/ncu}
-WHAT=${WHAT:-step mimo}
+WHAT=${WHAT:-step mimo siso}
 export PYTHONPATH=.${PYTHONPATH:+:$PYTHONPATH}
 mkdir -p "$OUT"
 status=0
@@ -34,6 +38,9 @@ for what in $WHAT; do
       done ;;
     mimo)
       profile mimo_b8 '^mimo_(scan_out|out|bwd_dqk|bwd_dv)_kernel$' 6 6 python3 benchmarks/bench_mimo.py --profile ;;
+    siso)
+      profile siso_b8 '^(chunk_state_scan|chunk_state|output|bwd_dv|bwd_dqk|rotation)_kernel$' 8 8 \
+        python3 benchmarks/bench_siso.py --profile ;;
     *) echo "unknown target $what" >&2; status=1 ;;
   esac
 done
