@@ -13,7 +13,10 @@
 #          profiled)                                                                                     (≈ 3 min)
 # Writes per target: <name>.ncu-rep (open with ncu-ui), <name>.txt (every section: occupancy, warp stall reasons,
 # memory) and <name>_sass.csv (per-instruction stall samples of the SASS). ncu locks the SM clock, so its durations
-# run ≈ 1.3× the benchmarks'.
+# run ≈ 1.3× the benchmarks'. Then packs the .txt, .csv and logs into $OUT/profiles.tgz.part-aa, -ab, … (15 MiB
+# pieces; unpack with `cat profiles.tgz.part-* | tar xz`) and removes them: the device transport returns at most 8
+# files of at most 16 MiB, fewer than one run of every target writes (a MIMO .ncu-rep alone is ≈ 27 MB). The
+# .ncu-rep files are left beside the pieces (KEEP_REP=0 removes them).
 set -uo pipefail
 OUT=${OUT:?set OUT}
 NCU=${NCU:-/usr/local/cuda/bin/ncu}
@@ -44,4 +47,7 @@ for what in $WHAT; do
     *) echo "unknown target $what" >&2; status=1 ;;
   esac
 done
+(cd "$OUT" && shopt -s nullglob && files=(*.txt *_sass.csv ncu_*.log) && ((${#files[@]})) &&
+  tar czf - "${files[@]}" | split -b 15M - profiles.tgz.part- && rm -f "${files[@]}") || status=1
+[[ "${KEEP_REP:-1}" == 1 ]] || rm -f "$OUT"/*.ncu-rep
 exit $status
