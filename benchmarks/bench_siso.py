@@ -128,7 +128,7 @@ def main():
                          "profiler (scripts/profile_kernels.sh)")
     a = ap.parse_args()
     if a.profile:
-        fwd, fwdbwd, _leaves = timed_calls(make(SHAPES[0]))
+        _fwd, fwdbwd, _leaves = timed_calls(make(SHAPES[0]))
         for _ in range(3):
             fwdbwd()
         torch.cuda.synchronize()

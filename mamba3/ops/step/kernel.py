@@ -326,17 +326,22 @@ def _finish_rows(y, v, zz, Dh, b, h, pp, pmask, P, H, norm_eps, mv_ptr, mz_ptr, 
 
 
 @triton.jit
+def _lane_rows(p0, R: tl.constexpr):
+    """The lanes' form of the 8 rows from p0: y[g, c] is value j = c // DUP (DUP = 16 / 4R copies per value) =
+    rank j // 4 of row p0 + g + 2 (j % 4). Returns (j (16,), the rows (2 × 16))."""
+    DUP: tl.constexpr = 16 // (4 * R)
+    j = tl.arange(0, 16) // DUP
+    return j, p0 + tl.arange(0, 2)[:, None] + 2 * (j % 4)[None, :]
+
+
+@triton.jit
 def _lane_inputs(p0, v_row, z_row, Dh, h, P, mv_ptr, mz_ptr, mo_ptr, R: tl.constexpr, HAS_D: tl.constexpr,
                  HAS_Z: tl.constexpr, HAS_PSI: tl.constexpr, HAS_ZETA: tl.constexpr, HAS_PHI: tl.constexpr):
-    """What _finish_rows_lanes needs besides y for the 8 rows from p0, in y's lanes' form (y[g, c] is value
-    j = c // DUP, DUP = 16 / 4R copies per value, = rank j // 4 of row p0 + g + 2 (j % 4)): the skip term's scale
-    D·v·ψ, the gate z·ζ and the output weight φ (1.0 where absent; with HAS_Z false the gate is unused). v and z
-    are loaded again in this layout (the tile's first loads were in another one): issued before the tile's
-    update, so that they arrive while it runs."""
-    DUP: tl.constexpr = 16 // (4 * R)
-    g = tl.arange(0, 2)
-    j = tl.arange(0, 16) // DUP
-    pp = p0 + g[:, None] + 2 * (j % 4)[None, :]
+    """What _finish_rows_lanes needs besides y for the 8 rows from p0, in y's lanes' form (_lane_rows): the skip
+    term's scale D·v·ψ, the gate z·ζ and the output weight φ (1.0 where absent; with HAS_Z false the gate is
+    unused). v and z are loaded again in this layout (the tile's first loads were in another one): issued before
+    the tile's update, so that they arrive while it runs."""
+    j, pp = _lane_rows(p0, R)
     pmask = pp < P
     rp = (h * R + (j // 4)[None, :]) * P + pp
     skip = 0.0
@@ -358,13 +363,13 @@ def _lane_inputs(p0, v_row, z_row, Dh, h, P, mv_ptr, mz_ptr, mo_ptr, R: tl.const
 @triton.jit
 def _finish_rows_lanes(y, lane_in, p0, b, h, P, H, out_ptr, R: tl.constexpr, HAS_D: tl.constexpr,
                        HAS_Z: tl.constexpr, HAS_PHI: tl.constexpr, PER_RANK: tl.constexpr):
-    """_finish_rows (without RMSNorm) for the 8 rows from p0 with y and lane_in (_lane_inputs) in the lanes' form."""
+    """_finish_rows (without RMSNorm) for the 8 rows from p0 with y and lane_in (_lane_inputs) in the lanes' form
+    (_lane_rows)."""
     DUP: tl.constexpr = 16 // (4 * R)
     skip, gate, phi = lane_in
     g = tl.arange(0, 2)
     cc = tl.arange(0, 16)
-    j = cc // DUP
-    pp = p0 + g[:, None] + 2 * (j % 4)[None, :]
+    j, pp = _lane_rows(p0, R)
     if HAS_D:
         y += skip
     if HAS_Z:
