@@ -205,6 +205,13 @@ def make_batch(task: str, lengths, g: torch.Generator, mult: bool = False) -> Ba
     return Batch(tokens, eff + 1, target, eff)
 
 
+def nesting_depth(tokens: torch.Tensor) -> torch.Tensor:
+    """The deepest bracket nesting of each row of ``tokens`` (B, T): max over positions of the number of open
+    brackets (0 for rows without brackets)."""
+    opened = torch.cumsum((tokens == LPAR).long() - (tokens == RPAR).long(), dim=1)
+    return opened.max(dim=1).values.clamp(min=0)
+
+
 def sample_batch(task: str, batch: int, min_len: int, max_len: int, g: torch.Generator,
                  mult: bool = False) -> Batch:
     """A training batch: every row's length uniform in [min_len, max_len]."""

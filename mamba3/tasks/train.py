@@ -139,21 +139,28 @@ class Progress:
 
 
 @torch.no_grad()
-def evaluate(model, batch: data.Batch, device, eval_batch: int = 256) -> tuple[float, float]:
-    """(accuracy, mean cross-entropy) of ``model`` on ``batch`` (evaluated in slices of eval_batch rows)."""
+def row_results(model, batch: data.Batch, device, eval_batch: int = 256) -> tuple[torch.Tensor, float]:
+    """(whether each row's answer is right (B,) bool on the CPU, summed cross-entropy) of ``model`` on ``batch``
+    (evaluated in slices of eval_batch rows)."""
     was = model.training
     model.eval()
-    correct, loss, n = 0, 0.0, batch.target.numel()
-    for i in range(0, n, eval_batch):
+    right, loss = [], 0.0
+    for i in range(0, batch.target.numel(), eval_batch):
         sl = slice(i, i + eval_batch)
         tokens = batch.tokens[sl].to(device)
         T = int(batch.query[sl].max()) + 1
         logits = model(tokens[:, :T], batch.query[sl].to(device)).float()
         tgt = batch.target[sl].to(device)
-        correct += int((logits.argmax(-1) == tgt).sum())
+        right.append((logits.argmax(-1) == tgt).cpu())
         loss += float(F.cross_entropy(logits, tgt, reduction="sum"))
     model.train(was)
-    return correct / n, loss / n
+    return torch.cat(right), loss
+
+
+def evaluate(model, batch: data.Batch, device, eval_batch: int = 256) -> tuple[float, float]:
+    """(accuracy, mean cross-entropy) of ``model`` on ``batch``."""
+    right, loss = row_results(model, batch, device, eval_batch)
+    return int(right.sum()) / right.numel(), loss / right.numel()
 
 
 # ------------------------------------------------------------------------------------------------ one run
@@ -375,9 +382,13 @@ def run_eval(argv: list[str]) -> int:
     p.add_argument("--n", type=int, default=None, help="strings per length (default: the run's n_test)")
     p.add_argument("--device", default="auto")
     p.add_argument("--eval-batch", type=int, default=256)
+    p.add_argument("--by-depth", action="store_true",
+                   help="arith_brackets: also the scaled accuracy per deepest bracket nesting of the strings")
     a = p.parse_args(argv)
     ck = torch.load(a.checkpoint, map_location="cpu", weights_only=True)
     run = ck["args"]
+    if a.by_depth and ck["task"] != "arith_brackets":
+        p.error(f"--by-depth needs an arith_brackets checkpoint, not {ck['task']}")
     device = resolve_device(a.device)
     model = load_checkpoint(a.checkpoint).to(device)
     lengths = ([int(x) for x in a.lengths.split(",")] if a.lengths else run["test_lens"] + [run["eval_len"]])
@@ -386,7 +397,28 @@ def run_eval(argv: list[str]) -> int:
           f"{device.type}")
     print("| length | " + " | ".join(test) + " |\n|---|" + "---|" * len(test))
     print("| scaled accuracy (%) | " + " | ".join(f"{100 * v['scaled']:.2f}" for v in test.values()) + " |")
+    if a.by_depth:
+        print(accuracy_by_depth(model, ck["task"], lengths, a.n or run["n_test"], run["mult"], device, a.eval_batch))
     return 0
+
+
+def accuracy_by_depth(model, task: str, lengths, n: int, mult: bool, device, eval_batch: int = 256) -> str:
+    """A markdown table: per deepest bracket nesting (rows) and length (columns), the scaled accuracy and the
+    number of strings, on the same test sets as :func:`accuracy_at_lengths`. Tells a failure to extrapolate in
+    length from one in nesting depth (the deeper nestings of longer strings)."""
+    cells: dict = {}
+    for i, L in enumerate(sorted(set(lengths))):
+        ts = data.fixed_set(task, n, L, TEST_SEED + i, mult)
+        right, _ = row_results(model, ts, device, eval_batch)
+        depth = data.nesting_depth(ts.tokens)
+        for d in depth.unique().tolist():
+            rows = right[depth == d]
+            cells[d, L] = f"{100 * data.scaled_accuracy(int(rows.sum()) / rows.numel(), task):.1f} ({rows.numel()})"
+    cols = sorted(set(lengths))
+    out = ["| deepest nesting | " + " | ".join(f"length {L}" for L in cols) + " |", "|---|" + "---|" * len(cols)]
+    for d in sorted({d for d, _ in cells}):
+        out.append(f"| {d} | " + " | ".join(cells.get((d, L), "") for L in cols) + " |")
+    return "\n".join(out) + "\n\nCells: scaled accuracy (%) over the strings of that nesting depth (their number)."
 
 
 def plot_runs(results: list[dict], path, title: str) -> bool:

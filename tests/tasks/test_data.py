@@ -73,3 +73,20 @@ def test_labels_roughly_uniform_and_scaled_accuracy():
     assert (freq - 0.2).abs().max() < 0.03
     assert data.scaled_accuracy(0.5, "parity") == 0.0 and data.scaled_accuracy(1.0, "arith") == 1.0
     assert abs(data.scaled_accuracy(0.6, "arith") - 0.5) < 1e-12
+
+
+def test_nesting_depth():
+    rows = ["((1+2)-(-(3)))", "4", "(-1)", "((((2))))"]
+    T = max(map(len, rows))
+    tokens = torch.full((len(rows), T), data.PAD, dtype=torch.long)
+    for i, s in enumerate(rows):
+        tokens[i, :len(s)] = torch.tensor([data.VOCAB[c] for c in s])
+    assert data.nesting_depth(tokens).tolist() == [3, 0, 1, 4]
+    # on generated strings: the deepest prefix count of '(' minus ')', counted in Python
+    b = data.sample_batch("arith_brackets", 50, 1, 60, torch.Generator().manual_seed(3))
+    for i, d in enumerate(data.nesting_depth(b.tokens).tolist()):
+        s, depth, deepest = data.decode(b.tokens[i]), 0, 0
+        for c in s:
+            depth += (c == "(") - (c == ")")
+            deepest = max(deepest, depth)
+        assert d == deepest, s

@@ -186,3 +186,40 @@ def test_run_diverged_before_any_finite_validation(tmp_path, capsys, poison_grad
     assert res["diverged_at_step"] == 2 and res["best_step"] == 0 and res["best_val_scaled"] is None
     assert "no finite validation" in capsys.readouterr().err
     assert "| parity | mamba3 | 1 | 8 | – |" in train.summarize(tmp_path)
+
+
+def test_eval_by_depth_splits_the_test_sets(tmp_path, capsys):
+    out = tmp_path / "run"
+    assert train.main(["arith_brackets", "--d-model", "16", "--d-state", "16", "--headdim", "8", "--layers", "1",
+                       "--steps", "2", "--batch", "8", "--max-len", "5:9", "--stages", "1", "--eval-len", "24",
+                       "--n-val", "16", "--n-test", "40", "--test-lens", "12", "--device", "cpu",
+                       "--out", str(out)]) == 0
+    res = json.loads((out / "results.json").read_text())
+    capsys.readouterr()
+    assert train.main(["eval", str(out / "checkpoint_best.pt"), "--device", "cpu", "--by-depth"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    rows = [line for line in lines if line.startswith("| ") and line.split("|")[1].strip().isdigit()]
+    assert rows, lines
+    for col, L in enumerate(("12", "24")):  # per length: the depth rows hold every string, and their accuracies
+        n, right = 0, 0.0                     # average to the length's own accuracy
+        for line in rows:
+            cell = line.split("|")[2 + col].strip()
+            if cell:
+                scaled, count = cell.split(" (")
+                count = int(count.rstrip(")"))
+                n += count
+                right += count * (0.2 + 0.8 * float(scaled) / 100)
+        assert n == 40
+        assert abs(right / n - res["test"][L]["acc"]) < 2e-3
+    parity = _parity_checkpoint(tmp_path)
+    with pytest.raises(SystemExit):  # parity strings have no brackets: refused
+        train.main(["eval", str(parity), "--device", "cpu", "--by-depth"])
+    assert "needs an arith_brackets checkpoint" in capsys.readouterr().err
+
+
+def _parity_checkpoint(tmp_path):
+    out = tmp_path / "parity"
+    assert train.main(["parity", "--d-model", "16", "--d-state", "16", "--headdim", "8", "--steps", "1",
+                       "--batch", "8", "--max-len", "3:5", "--stages", "1", "--eval-len", "8", "--n-val", "8",
+                       "--n-test", "8", "--test-lens", "4", "--device", "cpu", "--out", str(out)]) == 0
+    return out / "checkpoint_best.pt"
