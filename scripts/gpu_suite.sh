@@ -6,6 +6,7 @@
 #   ops      tests/gpu/test_siso.py + test_mimo.py     (H200, 14 xdist workers, cold cache: 150-215 s for the
 #            179 tests of the fourteenth session; more since)
 #   rest     the other tests/gpu files (step, host sync, modules, reference on CUDA)  (≈ 3-5 min, 177 tests)
+#            (test_multi_device.py skips on one GPU: run it on two, e.g. the device tool's nvidia-h200-x2)
 #   step     (not in the default) the decode step alone: tests/gpu/test_step.py, then bench_step.py at batch 128
 #            (with its tile sweep), 8 and 1 (≈ 4 + 2 min)
 #   demo     the CPU demo's configuration trained through the kernels                     (≤ 2 min)
