@@ -103,10 +103,21 @@ class Mamba3(nn.Module):
         self.out_proj = nn.Linear(self.d_inner, d_model, bias=False, **factory)
 
     # ------------------------------------------------------------------------------------------ projections
+    def in_proj_slices(self) -> dict[str, slice]:
+        """The rows of ``in_proj.weight`` that produce each of z, x, B, C, dd_dt, dd_A, trap and angles."""
+        R, G, N, H = self.mimo_rank, self.ngroups, self.d_state, self.nheads
+        sizes = {"z": self.d_inner, "x": self.d_inner, "B": N * G * R, "C": N * G * R, "dd_dt": H, "dd_A": H,
+                 "trap": H, "angles": self.num_rope_angles}
+        out, start = {}, 0
+        for name, size in sizes.items():
+            out[name] = slice(start, start + size)
+            start += size
+        return out
+
     def _project(self, u):
         """in_proj and the derived operator inputs for u (…, d_model), time-major (…, T or nothing)."""
         R, G, N, H, P = self.mimo_rank, self.ngroups, self.d_state, self.nheads, self.headdim
-        sizes = [self.d_inner, self.d_inner, N * G * R, N * G * R, H, H, H, self.num_rope_angles]
+        sizes = [s.stop - s.start for s in self.in_proj_slices().values()]
         z, x, Bp, Cp, dd_dt, dd_A, trap, angles = torch.split(self.in_proj(u), sizes, dim=-1)
         z, x = z.unflatten(-1, (H, P)), x.unflatten(-1, (H, P))
         Bp = self.B_norm(Bp.unflatten(-1, (R, G, N)))

@@ -155,14 +155,17 @@ class TaskModel(nn.Module):
         return self.head(self.norm_f(h))
 
 
-def param_groups(model: nn.Module, weight_decay: float):
+def param_groups(model: nn.Module, weight_decay: float, exclude=()):
     """AdamW groups: decay on ≥2-D weights except embeddings; none on biases, norms, dt_bias, D, B/C biases,
-    MIMO scalings and RoPE frequencies (1-D / flagged ``_no_weight_decay`` / 3-D per-head tensors)."""
+    MIMO scalings and RoPE frequencies (1-D / flagged ``_no_weight_decay`` / 3-D per-head tensors), nor on the
+    parameters in ``exclude`` (decayed otherwise by the caller)."""
     decay, no_decay = [], []
+    excluded = {id(p) for p in exclude}
     for name, p in model.named_parameters():
         if not p.requires_grad:
             continue
-        if getattr(p, "_no_weight_decay", False) or p.dim() != 2 or name.startswith("embedding"):
+        if (getattr(p, "_no_weight_decay", False) or p.dim() != 2 or name.startswith("embedding")
+                or id(p) in excluded):
             no_decay.append(p)
         else:
             decay.append(p)

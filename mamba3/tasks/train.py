@@ -197,9 +197,38 @@ def _batches(args, start: int, end: int, packed: bool, first_step: int):
 
 def make_optimizer(model, args, device: torch.device) -> torch.optim.Optimizer:
     """AdamW as the protocol says; fused (one kernel per step) on CUDA: these models are small enough for launch
-    overhead to dominate."""
-    return torch.optim.AdamW(param_groups(model, args.weight_decay), lr=args.lr, betas=(0.9, 0.95), eps=1e-8,
-                             fused=device.type == "cuda")
+    overhead to dominate. With ``args.dynamics_weight_decay`` set, the in_proj rows that produce Δ and A
+    (dd_dt, dd_A) take that weight decay instead (:func:`decay_in_proj_rows`)."""
+    special = getattr(args, "dynamics_weight_decay", None)
+    in_projs = [m.in_proj.weight for m in model.modules() if hasattr(m, "in_proj_slices")] if special is not None \
+        else []
+    groups = param_groups(model, args.weight_decay, exclude=in_projs)
+    opt = torch.optim.AdamW(groups, lr=args.lr, betas=(0.9, 0.95), eps=1e-8, fused=device.type == "cuda")
+    if in_projs:
+        decay_in_proj_rows(opt, model, args.weight_decay, special)
+    return opt
+
+
+def decay_in_proj_rows(opt: torch.optim.Optimizer, model, weight_decay: float, dynamics_weight_decay: float):
+    """AdamW's decoupled weight decay, p ← p·(1 − lr·wd), on every Mamba-3 layer's in_proj weight (which
+    :func:`make_optimizer` left out of AdamW's decay) with one rate per row: ``dynamics_weight_decay`` on the
+    rows of dd_dt and dd_A, ``weight_decay`` on the others. Applied right before each step, where AdamW applies
+    its own, so ``dynamics_weight_decay == weight_decay`` trains as plain AdamW does. The reason to lower it: A =
+    −heavy_tail(dd_A) nears 0 (slow forgetting) only as dd_A → −∞, and decay on those rows pulls dd_A to 0, A to −1
+    (docs/state_tracking.md) — the role of Mamba-2 recipes' exemption of A_log and dt_bias."""
+    blocks = []  # (weight rows, their weight decay)
+    for layer in (m for m in model.modules() if hasattr(m, "in_proj_slices")):
+        w, rows = layer.in_proj.weight, layer.in_proj_slices()
+        start, stop = rows["dd_dt"].start, rows["dd_A"].stop  # adjacent: dd_dt, then dd_A
+        blocks += [(w[:start], weight_decay), (w[start:stop], dynamics_weight_decay), (w[stop:], weight_decay)]
+
+    def before_step(optimizer, *_):
+        lr = optimizer.param_groups[0]["lr"]
+        with torch.no_grad():
+            for rows, wd in blocks:
+                rows.mul_(1.0 - lr * wd)  # as AdamW does it: a Python float factor
+
+    opt.register_step_pre_hook(before_step)
 
 
 def warmup_steps(args) -> int:
@@ -258,6 +287,8 @@ def train_run(args) -> dict | None:
     ckpt_best, ckpt_last = out / "checkpoint_best.pt", out / "checkpoint_last.pt"
     ckpt_resume = out / "checkpoint_resume.pt"
     run_key = {k: getattr(args, k) for k in RESUME_KEYS}
+    if getattr(args, "dynamics_weight_decay", None) is not None:  # only when set: older checkpoints resume as they were
+        run_key["dynamics_weight_decay"] = args.dynamics_weight_decay
     first_step, trained_s = 0, 0.0
     run_loss = run_acc = None
     if args.resume and ckpt_resume.exists():
@@ -462,6 +493,8 @@ def add_train_args(p: argparse.ArgumentParser, task_default_layers: bool = True)
     p.add_argument("--dt-max", type=float, default=0.1, help="Δ initialisation range (Mamba3 dt_max)")
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--weight-decay", type=float, default=0.1)
+    p.add_argument("--dynamics-weight-decay", type=float, default=None,
+                   help="weight decay on the in_proj rows that produce Δ and A (dd_dt, dd_A); default: --weight-decay")
     p.add_argument("--warmup", type=int, default=None, help="warm-up steps (default min(500, steps/20))")
     p.add_argument("--clip", type=float, default=1.0)
     p.add_argument("--steps", type=int, default=10_000)

@@ -223,3 +223,42 @@ def _parity_checkpoint(tmp_path):
                        "--batch", "8", "--max-len", "3:5", "--stages", "1", "--eval-len", "8", "--n-val", "8",
                        "--n-test", "8", "--test-lens", "4", "--device", "cpu", "--out", str(out)]) == 0
     return out / "checkpoint_best.pt"
+
+
+def _small_args(**kw):
+    from types import SimpleNamespace
+
+    return SimpleNamespace(**{"lr": 1e-2, "weight_decay": 0.5, "dynamics_weight_decay": None, **kw})
+
+
+def test_dynamics_weight_decay_rows():
+    from mamba3.tasks.models import TaskModel
+
+    model = TaskModel(13, 5, d_model=16, n_layers=2, d_state=16, headdim=8)
+    opt = train.make_optimizer(model, _small_args(dynamics_weight_decay=0.0), torch.device("cpu"))
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    for p in model.parameters():
+        p.grad = torch.zeros_like(p)  # Adam's update is 0: what changes is the weight decay alone
+    opt.step()
+    factor = torch.tensor(1 - 1e-2 * 0.5, dtype=torch.float32)
+    for i, block in enumerate(model.layers):
+        rows = block.mixer.in_proj_slices()
+        w, w0 = block.mixer.in_proj.weight.detach(), before[f"layers.{i}.mixer.in_proj.weight"]
+        dyn = torch.zeros(w.shape[0], dtype=torch.bool)
+        dyn[rows["dd_dt"]] = dyn[rows["dd_A"]] = True
+        assert torch.equal(w[dyn], w0[dyn])
+        assert torch.equal(w[~dyn], w0[~dyn] * factor)
+        assert torch.equal(block.mlp.fc1.weight.detach(), before[f"layers.{i}.mlp.fc1.weight"] * factor)
+
+
+def test_dynamics_weight_decay_equal_to_weight_decay_trains_as_adamw(tmp_path):
+    common = ["arith", "--d-model", "16", "--d-state", "16", "--headdim", "8", "--layers", "2", "--steps", "6",
+              "--batch", "8", "--max-len", "5:9", "--stages", "1", "--eval-len", "9", "--eval-every", "3",
+              "--n-val", "8", "--n-test", "8", "--test-lens", "5", "--device", "cpu", "--weight-decay", "0.5",
+              "--lr", "1e-2"]
+    assert train.main(common + ["--out", str(tmp_path / "a")]) == 0
+    assert train.main(common + ["--out", str(tmp_path / "b"), "--dynamics-weight-decay", "0.5"]) == 0
+    assert train.main(common + ["--out", str(tmp_path / "c"), "--dynamics-weight-decay", "0"]) == 0
+    a, b, c = (torch.load(tmp_path / r / "checkpoint_last.pt", weights_only=True)["model"] for r in "abc")
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert not all(torch.equal(a[k], c[k]) for k in a)
