@@ -39,6 +39,7 @@ import torch
 import torch.nn.functional as F
 
 from . import data
+from ..modules.mamba3_layer import Mamba3
 from .models import VARIANTS, TaskModel, param_groups
 
 VAL_SEED, TEST_SEED = 10_000, 20_000
@@ -159,7 +160,11 @@ def row_results(model, batch: data.Batch, device, eval_batch: int = 256) -> tupl
 
 def evaluate(model, batch: data.Batch, device, eval_batch: int = 256) -> tuple[float, float]:
     """(accuracy, mean cross-entropy) of ``model`` on ``batch``."""
-    right, loss = row_results(model, batch, device, eval_batch)
+    return _accuracy_and_loss(*row_results(model, batch, device, eval_batch))
+
+
+def _accuracy_and_loss(right: torch.Tensor, loss: float) -> tuple[float, float]:
+    """(accuracy, mean cross-entropy) from :func:`row_results`."""
     return int(right.sum()) / right.numel(), loss / right.numel()
 
 
@@ -199,25 +204,23 @@ def make_optimizer(model, args, device: torch.device) -> torch.optim.Optimizer:
     """AdamW as the protocol says; fused (one kernel per step) on CUDA: these models are small enough for launch
     overhead to dominate. With ``args.dynamics_weight_decay`` set, the in_proj rows that produce Δ and A
     (dd_dt, dd_A) take that weight decay instead (:func:`decay_in_proj_rows`)."""
-    special = getattr(args, "dynamics_weight_decay", None)
-    in_projs = [m.in_proj.weight for m in model.modules() if hasattr(m, "in_proj_slices")] if special is not None \
-        else []
-    groups = param_groups(model, args.weight_decay, exclude=in_projs)
+    layers = [] if args.dynamics_weight_decay is None else [m for m in model.modules() if isinstance(m, Mamba3)]
+    groups = param_groups(model, args.weight_decay, exclude=[m.in_proj.weight for m in layers])
     opt = torch.optim.AdamW(groups, lr=args.lr, betas=(0.9, 0.95), eps=1e-8, fused=device.type == "cuda")
-    if in_projs:
-        decay_in_proj_rows(opt, model, args.weight_decay, special)
+    if layers:
+        decay_in_proj_rows(opt, layers, args.weight_decay, args.dynamics_weight_decay)
     return opt
 
 
-def decay_in_proj_rows(opt: torch.optim.Optimizer, model, weight_decay: float, dynamics_weight_decay: float):
-    """AdamW's decoupled weight decay, p ← p·(1 − lr·wd), on every Mamba-3 layer's in_proj weight (which
-    :func:`make_optimizer` left out of AdamW's decay) with one rate per row: ``dynamics_weight_decay`` on the
+def decay_in_proj_rows(opt: torch.optim.Optimizer, layers, weight_decay: float, dynamics_weight_decay: float):
+    """AdamW's decoupled weight decay, p ← p·(1 − lr·wd), on the in_proj weight of each Mamba-3 layer in ``layers``
+    (which :func:`make_optimizer` left out of AdamW's decay) with one rate per row: ``dynamics_weight_decay`` on the
     rows of dd_dt and dd_A, ``weight_decay`` on the others. Applied right before each step, where AdamW applies
     its own, so ``dynamics_weight_decay == weight_decay`` trains as plain AdamW does. The reason to lower it: A =
     −heavy_tail(dd_A) nears 0 (slow forgetting) only as dd_A → −∞, and decay on those rows pulls dd_A to 0, A to −1
     (docs/state_tracking.md) — the role of Mamba-2 recipes' exemption of A_log and dt_bias."""
     blocks = []  # (weight rows, their weight decay)
-    for layer in (m for m in model.modules() if hasattr(m, "in_proj_slices")):
+    for layer in layers:
         w, rows = layer.in_proj.weight, layer.in_proj_slices()
         start, stop = rows["dd_dt"].start, rows["dd_A"].stop  # adjacent: dd_dt, then dd_A
         blocks += [(w[:start], weight_decay), (w[start:stop], dynamics_weight_decay), (w[stop:], weight_decay)]
@@ -287,7 +290,7 @@ def train_run(args) -> dict | None:
     ckpt_best, ckpt_last = out / "checkpoint_best.pt", out / "checkpoint_last.pt"
     ckpt_resume = out / "checkpoint_resume.pt"
     run_key = {k: getattr(args, k) for k in RESUME_KEYS}
-    if getattr(args, "dynamics_weight_decay", None) is not None:  # only when set: older checkpoints resume as they were
+    if args.dynamics_weight_decay is not None:  # only when set: older checkpoints resume as they were
         run_key["dynamics_weight_decay"] = args.dynamics_weight_decay
     first_step, trained_s = 0, 0.0
     run_loss = run_acc = None
@@ -391,13 +394,26 @@ def train_run(args) -> dict | None:
     return res
 
 
-def accuracy_at_lengths(model, task: str, lengths, n: int, mult: bool, device, eval_batch: int = 256) -> dict:
-    """{str(L): length, accuracy, loss, scaled accuracy} on fresh test sets of n rows per length (the i-th
-    smallest length's set has seed TEST_SEED + i, so the same lengths give the same sets)."""
-    test = {}
+def rows_at_lengths(model, task: str, lengths, n: int, mult: bool, device, eval_batch: int = 256) -> dict:
+    """{L: (test set, :func:`row_results` on it)} on fresh test sets of n rows per length (the i-th smallest
+    length's set has seed TEST_SEED + i, so the same lengths give the same sets)."""
+    out = {}
     for i, L in enumerate(sorted(set(lengths))):
         ts = data.fixed_set(task, n, L, TEST_SEED + i, mult)
-        acc, loss = evaluate(model, ts, device, eval_batch)
+        out[L] = (ts, row_results(model, ts, device, eval_batch))
+    return out
+
+
+def accuracy_at_lengths(model, task: str, lengths, n: int, mult: bool, device, eval_batch: int = 256) -> dict:
+    """{str(L): length, accuracy, loss, scaled accuracy} on the test sets of :func:`rows_at_lengths`."""
+    return length_results(task, rows_at_lengths(model, task, lengths, n, mult, device, eval_batch))
+
+
+def length_results(task: str, rows: dict) -> dict:
+    """accuracy_at_lengths's dict from :func:`rows_at_lengths`' results."""
+    test = {}
+    for L, (_, results) in rows.items():
+        acc, loss = _accuracy_and_loss(*results)
         test[str(L)] = {"length": data.effective_length(task, L), "acc": acc, "loss": loss,
                         "scaled": data.scaled_accuracy(acc, task)}
     return test
@@ -423,29 +439,28 @@ def run_eval(argv: list[str]) -> int:
     device = resolve_device(a.device)
     model = load_checkpoint(a.checkpoint).to(device)
     lengths = ([int(x) for x in a.lengths.split(",")] if a.lengths else run["test_lens"] + [run["eval_len"]])
-    test = accuracy_at_lengths(model, ck["task"], lengths, a.n or run["n_test"], run["mult"], device, a.eval_batch)
+    rows = rows_at_lengths(model, ck["task"], lengths, a.n or run["n_test"], run["mult"], device, a.eval_batch)
+    test = length_results(ck["task"], rows)
     print(f"{ck['task']} · {ck['config']['variant']} d_model {ck['config']['d_model']} · step {ck['step']} · "
           f"{device.type}")
     print("| length | " + " | ".join(test) + " |\n|---|" + "---|" * len(test))
     print("| scaled accuracy (%) | " + " | ".join(f"{100 * v['scaled']:.2f}" for v in test.values()) + " |")
     if a.by_depth:
-        print(accuracy_by_depth(model, ck["task"], lengths, a.n or run["n_test"], run["mult"], device, a.eval_batch))
+        print(accuracy_by_depth(ck["task"], rows))
     return 0
 
 
-def accuracy_by_depth(model, task: str, lengths, n: int, mult: bool, device, eval_batch: int = 256) -> str:
-    """A markdown table: per deepest bracket nesting (rows) and length (columns), the scaled accuracy and the
-    number of strings, on the same test sets as :func:`accuracy_at_lengths`. Tells a failure to extrapolate in
-    length from one in nesting depth (the deeper nestings of longer strings)."""
+def accuracy_by_depth(task: str, rows: dict) -> str:
+    """A markdown table from :func:`rows_at_lengths`' results: per deepest bracket nesting (table rows) and length
+    (columns), the scaled accuracy and the number of strings. Tells a failure to extrapolate in length from one in
+    nesting depth (the deeper nestings of longer strings)."""
     cells: dict = {}
-    for i, L in enumerate(sorted(set(lengths))):
-        ts = data.fixed_set(task, n, L, TEST_SEED + i, mult)
-        right, _ = row_results(model, ts, device, eval_batch)
+    for L, (ts, (right, _)) in rows.items():
         depth = data.nesting_depth(ts.tokens)
         for d in depth.unique().tolist():
-            rows = right[depth == d]
-            cells[d, L] = f"{100 * data.scaled_accuracy(int(rows.sum()) / rows.numel(), task):.1f} ({rows.numel()})"
-    cols = sorted(set(lengths))
+            hit = right[depth == d]
+            cells[d, L] = f"{100 * data.scaled_accuracy(int(hit.sum()) / hit.numel(), task):.1f} ({hit.numel()})"
+    cols = list(rows)
     out = ["| deepest nesting | " + " | ".join(f"length {L}" for L in cols) + " |", "|---|" + "---|" * len(cols)]
     for d in sorted({d for d, _ in cells}):
         out.append(f"| {d} | " + " | ".join(cells.get((d, L), "") for L in cols) + " |")
