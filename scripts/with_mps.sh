@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Runs a command with CUDA's Multi-Process Service (MPS) when the device machine has it, else runs it as it is.
+#
+#     bash scripts/with_mps.sh bash scripts/gpu_sweep.sh ...      # or any command; its exit status is returned
+#
+# Why: a state-tracking sweep runs 6-12 training processes on one GPU. Without MPS the GPU time-slices between the
+# processes' contexts, so one process's kernels run at a time, and these are small kernels (≈ 365 per training
+# step, a few hundred programs each at d_model 64) that leave most SMs idle. Under MPS the processes share one
+# context and their kernels run side by side. Nothing about the GPU's settings changes: the control daemon runs as
+# this user with its pipe and log directories under $TMPDIR, and is told to quit when the command ends.
+# A client that cannot reach the daemon runs without MPS (the CUDA driver's rule); if the daemon starts but a
+# one-element CUDA computation then fails, the daemon is stopped again and the command runs without MPS.
+# MPS=0 in the environment skips it.
+set -uo pipefail
+mps_dir=${TMPDIR:-/tmp}/mamba3-mps
+if [ "${MPS:-1}" != 0 ] && command -v nvidia-cuda-mps-control >/dev/null 2>&1; then
+  export CUDA_MPS_PIPE_DIRECTORY=$mps_dir/pipe CUDA_MPS_LOG_DIRECTORY=$mps_dir/log
+  mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+  if nvidia-cuda-mps-control -d &&
+      python3 -c "import torch; assert (torch.ones(1, device='cuda') + 1).item() == 2"; then
+    echo "with_mps: MPS on (pipe $CUDA_MPS_PIPE_DIRECTORY)" >&2
+    trap 'echo quit | nvidia-cuda-mps-control' EXIT
+  else
+    echo quit | nvidia-cuda-mps-control >/dev/null 2>&1
+    unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
+    echo "with_mps: MPS failed to start (log: $mps_dir/log), running without it" >&2
+  fi
+else
+  echo "with_mps: MPS off (MPS=0 or no nvidia-cuda-mps-control)" >&2
+fi
+"$@"
