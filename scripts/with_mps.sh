@@ -10,13 +10,15 @@
 # this user with its pipe and log directories under $TMPDIR, and is told to quit when the command ends.
 # A client that cannot reach the daemon runs without MPS (the CUDA driver's rule); if the daemon starts but a
 # one-element CUDA computation then fails, the daemon is stopped again and the command runs without MPS.
-# MPS=0 in the environment skips it.
+# A daemon already listening there (an enclosing with_mps.sh) is used and left running. MPS=0 skips all this.
 set -uo pipefail
 mps_dir=${TMPDIR:-/tmp}/mamba3-mps
 if [ "${MPS:-1}" != 0 ] && command -v nvidia-cuda-mps-control >/dev/null 2>&1; then
   export CUDA_MPS_PIPE_DIRECTORY=$mps_dir/pipe CUDA_MPS_LOG_DIRECTORY=$mps_dir/log
   mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
-  if nvidia-cuda-mps-control -d &&
+  if [ -e "$CUDA_MPS_PIPE_DIRECTORY/control" ]; then  # a daemon of an enclosing with_mps.sh: use it, leave it be
+    echo "with_mps: MPS already on (pipe $CUDA_MPS_PIPE_DIRECTORY)" >&2
+  elif nvidia-cuda-mps-control -d &&
       python3 -c "import torch; assert (torch.ones(1, device='cuda') + 1).item() == 2"; then
     echo "with_mps: MPS on (pipe $CUDA_MPS_PIPE_DIRECTORY)" >&2
     trap 'echo quit | nvidia-cuda-mps-control' EXIT
