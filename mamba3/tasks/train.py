@@ -42,7 +42,7 @@ from . import data
 from ..modules.mamba3_layer import Mamba3
 from .models import VARIANTS, TaskModel, param_groups
 
-VAL_SEED, TEST_SEED = 10_000, 20_000
+VAL_SEED, TEST_SEED, POOLED_SEED = 10_000, 20_000, 30_000
 DEFAULT_LAYERS = {"parity": 1, "arith": 3, "arith_brackets": 3}
 #: The paper's Table 5b (scaled accuracy at length 256, %) for the variants it reports; MIMO is not in it.
 PAPER_TABLE_5B = {
@@ -376,6 +376,9 @@ def train_run(args) -> dict | None:
         model.load_state_dict(torch.load(ckpt_best, map_location=device, weights_only=True)["model"])
     test = accuracy_at_lengths(model, task, args.test_lens + [args.eval_len], args.n_test, args.mult, device,
                                args.eval_batch)
+    # the other reading of "evaluated at length 256" (Grazzi et al.'s protocol): lengths uniform in [40, 256], pooled
+    lo = min(parse_range(args.max_len)[0], args.eval_len)
+    pooled = pooled_results(model, task, lo, args.eval_len, args.n_test, args.mult, device, args.eval_batch)
     res = {
         "task": task, "model": args.model, "d_model": args.d_model, "layers": args.layers, "lr": args.lr,
         "seed": args.seed, "steps": args.steps, "steps_trained": done, "diverged_at_step": diverged_at,
@@ -384,7 +387,7 @@ def train_run(args) -> dict | None:
         "best_step": best["step"], "best_val_acc": best["val_acc"],
         "best_val_scaled": data.scaled_accuracy(best["val_acc"], task) if best["step"] else None,
         "test_scaled_at_eval_len": test[str(args.eval_len)]["scaled"],
-        "test": test, "history": history, "train_time_s": train_time,
+        "test": test, "test_pooled": pooled, "history": history, "train_time_s": train_time,
         "wall_time_s": trained_s + time.time() - t0,
         "args": vars(args), "model_config": model.config, "versions": versions(), "machine": machine(device),
         "command": " ".join(["python -m mamba3 train", task] + getattr(args, "_argv", [])),
@@ -419,6 +422,19 @@ def length_results(task: str, rows: dict) -> dict:
     return test
 
 
+def pooled_set(task: str, n: int, lo: int, hi: int, mult: bool) -> data.Batch:
+    """The evaluation set of Grazzi et al.'s protocol (which the Mamba-3 paper's state-tracking section follows): n
+    strings whose lengths are drawn uniformly from [lo, hi] (they used 8192 strings of lengths 40..256), one
+    accuracy pooled over all of them; deterministic (seed POOLED_SEED)."""
+    return data.sample_batch(task, n, lo, hi, torch.Generator().manual_seed(POOLED_SEED), mult)
+
+
+def pooled_results(model, task: str, lo: int, hi: int, n: int, mult: bool, device, eval_batch: int = 256) -> dict:
+    """Accuracy, loss and scaled accuracy of ``model`` on :func:`pooled_set`."""
+    acc, loss = evaluate(model, pooled_set(task, n, lo, hi, mult), device, eval_batch)
+    return {"lengths": [lo, hi], "n": n, "acc": acc, "loss": loss, "scaled": data.scaled_accuracy(acc, task)}
+
+
 def run_eval(argv: list[str]) -> int:
     """``train eval CHECKPOINT``: a checkpoint's scaled accuracy per length, on the test sets of its run."""
     p = argparse.ArgumentParser(prog="python -m mamba3 train eval",
@@ -431,6 +447,9 @@ def run_eval(argv: list[str]) -> int:
     p.add_argument("--eval-batch", type=int, default=256)
     p.add_argument("--by-depth", action="store_true",
                    help="arith_brackets: also the scaled accuracy per deepest bracket nesting of the strings")
+    p.add_argument("--pooled", default=None, metavar="MIN:MAX",
+                   help="also one scaled accuracy pooled over --n strings of lengths uniform in [MIN, MAX] (the "
+                        "protocol of Grazzi et al. 2025: 40:256)")
     a = p.parse_args(argv)
     ck = torch.load(a.checkpoint, map_location="cpu", weights_only=True)
     run = ck["args"]
@@ -447,6 +466,11 @@ def run_eval(argv: list[str]) -> int:
     print("| scaled accuracy (%) | " + " | ".join(f"{100 * v['scaled']:.2f}" for v in test.values()) + " |")
     if a.by_depth:
         print(accuracy_by_depth(ck["task"], rows))
+    if a.pooled:
+        lo, hi = parse_range(a.pooled)
+        pooled = pooled_results(model, ck["task"], lo, hi, a.n or run["n_test"], run["mult"], device, a.eval_batch)
+        print(f"\nscaled accuracy pooled over {pooled['n']} strings of lengths uniform in [{lo}, {hi}]: "
+              f"{100 * pooled['scaled']:.2f} %")
     return 0
 
 
@@ -744,7 +768,7 @@ def summarize(root: Path) -> str:
                                                                       -best[key]["best_step"]):
             best[key] = r
     lines = ["| task | model | runs | eval length | best val scaled | its test scaled | paper (Table 5b) | d_model | lr "
-             "| layers | steps |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| layers | steps | its test pooled |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     summary = []
     rows = sorted(best.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2] or ""))
     for (task, model, tag), r in rows:
@@ -753,14 +777,17 @@ def summarize(root: Path) -> str:
         lines.append(f"| {task} | {model}{_tag_label(r)} | {n} | {r['eval_len']} | {_pct(r['best_val_scaled'])} | "
                      f"{100 * r['test_scaled_at_eval_len']:.2f} | {'–' if paper is None else f'{paper:.2f}'} | "
                      f"{r['d_model']} | {r['lr']:.2e} | {r['layers']} | {r['steps']}"
-                     + (f" (diverged at {r['diverged_at_step']})" if r.get("diverged_at_step") else "") + " |")
+                     + (f" (diverged at {r['diverged_at_step']})" if r.get("diverged_at_step") else "")
+                     + f" | {_pooled_cell(r)} |")
         summary.append({k: r.get(k) for k in ("task", "model", "d_model", "lr", "layers", "seed", "steps",
                                               "diverged_at_step",
                                           "best_val_scaled", "test_scaled_at_eval_len", "best_step", "test",
+                                          "test_pooled",
                                           "versions", "machine", "command")}
                        | {"tag": tag, "runs": n, "paper": paper})
     lines += ["", "Scaled accuracy = (accuracy − chance) / (1 − chance), %; each (task, model [variant]) row is "
-              "its run with the best validation accuracy (test: fresh strings, same checkpoint)."]
+              "its run with the best validation accuracy (test: fresh strings, same checkpoint; pooled: one accuracy "
+              "over strings of lengths uniform in [first curriculum maximum, eval length], Grazzi et al.'s protocol)."]
     lines += [f"Ran on: {o}" for o in sorted({_origin(r) for r in best.values()}) if o]
     md = "\n".join(lines)
     if runs:
@@ -770,6 +797,11 @@ def summarize(root: Path) -> str:
             plot_runs([r for (t, _, _), r in rows if t == task], Path(root) / f"{task}.png",
                       f"{task}: best run per model, scaled accuracy vs length")
     return md
+
+
+def _pooled_cell(r: dict) -> str:
+    p = r.get("test_pooled")  # absent from runs written before it existed
+    return "–" if p is None else f"{100 * p['scaled']:.2f} ({p['lengths'][0]}-{p['lengths'][1]})"
 
 
 def main(argv: list[str] | None = None) -> int:

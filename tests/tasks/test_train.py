@@ -93,6 +93,10 @@ def test_cli_end_to_end_writes_json_and_checkpoints(tmp_path, capsys):
     assert table[-3] == "| length | 8 | 16 |"
     assert table[-1] == "| scaled accuracy (%) | " + " | ".join(
         f"{100 * res['test'][L]['scaled']:.2f}" for L in ("8", "16")) + " |"
+    # the pooled test (lengths uniform in [first curriculum maximum, eval length]), reproduced by `eval --pooled`
+    assert res["test_pooled"]["lengths"] == [5, 16] and res["test_pooled"]["n"] == 16
+    assert train.main(["eval", str(out / "checkpoint_best.pt"), "--device", "cpu", "--pooled", "5:16"]) == 0
+    assert f"[5, 16]: {100 * res['test_pooled']['scaled']:.2f} %" in capsys.readouterr().out
 
 
 def test_sweep_dry_run_and_summarize(tmp_path, capsys):
@@ -105,13 +109,15 @@ def test_sweep_dry_run_and_summarize(tmp_path, capsys):
     for lr, acc in ((1e-3, 0.7), (1e-2, 0.9)):
         d = tmp_path / f"r{lr}"
         d.mkdir()
-        (d / "results.json").write_text(json.dumps({
+        pooled = {"test_pooled": {"lengths": [40, 256], "scaled": 0.75}} if lr == 1e-2 else {}
+        (d / "results.json").write_text(json.dumps(pooled | {
             "task": "parity", "model": "mamba3", "d_model": 32, "eval_len": 256, "lr": lr, "layers": 1, "seed": 0, "steps": 5,
             "best_val_acc": acc, "best_val_scaled": 2 * acc - 1, "test_scaled_at_eval_len": 0.5, "best_step": 5,
             "test": {"256": {"length": 256, "acc": acc, "scaled": 2 * acc - 1}}, "versions": {}, "machine": {},
             "command": "", "args": {"max_len": "40:160"}}))
     md = train.summarize(tmp_path)
     assert "| parity | mamba3 | 2 | 256 | 80.00 | 50.00 | 100.00 |" in md  # ours, its test, the paper's
+    assert md.splitlines()[2].endswith("| 5 | 75.00 (40-256) |")  # the last columns: steps, its pooled test
     assert (tmp_path / "summary.json").exists()
 
 
@@ -215,6 +221,30 @@ def test_eval_by_depth_splits_the_test_sets(tmp_path, capsys):
     with pytest.raises(SystemExit):  # parity strings have no brackets: refused
         train.main(["eval", str(parity), "--device", "cpu", "--by-depth"])
     assert "needs an arith_brackets checkpoint" in capsys.readouterr().err
+
+
+def test_pooled_evaluation_over_mixed_lengths(tmp_path, capsys):
+    """Grazzi et al.'s protocol: one accuracy over strings of lengths uniform in [lo, hi], evaluated in padded
+    slices of mixed lengths; it must equal the strings evaluated one by one, unpadded."""
+    from mamba3.tasks import data
+
+    ckpt = _parity_checkpoint(tmp_path)
+    model = train.load_checkpoint(ckpt)
+    ts = train.pooled_set("parity", 40, 5, 24, False)
+    assert int(ts.lengths.min()) >= 5 and int(ts.lengths.max()) <= 24 and ts.lengths.unique().numel() > 5
+    res = train.pooled_results(model, "parity", 5, 24, 40, False, "cpu", eval_batch=16)
+    right, loss = 0, 0.0
+    for r in range(40):
+        q = int(ts.query[r])
+        one = data.Batch(ts.tokens[r:r + 1, :q + 1], ts.query[r:r + 1], ts.target[r:r + 1], ts.lengths[r:r + 1])
+        ok, row_loss = train.row_results(model, one, "cpu")
+        right, loss = right + int(ok.sum()), loss + row_loss
+    assert res["acc"] == right / 40 and res["scaled"] == data.scaled_accuracy(right / 40, "parity")
+    assert res["loss"] == pytest.approx(loss / 40, rel=1e-5)
+    capsys.readouterr()
+    assert train.main(["eval", str(ckpt), "--device", "cpu", "--n", "40", "--pooled", "5:24"]) == 0
+    assert (f"pooled over 40 strings of lengths uniform in [5, 24]: {100 * res['scaled']:.2f} %"
+            in capsys.readouterr().out)
 
 
 def _parity_checkpoint(tmp_path):
