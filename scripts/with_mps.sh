@@ -4,8 +4,8 @@
 #     bash scripts/with_mps.sh bash scripts/gpu_sweep.sh ...      # or any command; its exit status is returned
 #
 # Why: a state-tracking sweep runs 6-12 training processes on one GPU. Without MPS the GPU time-slices between the
-# processes' contexts, so one process's kernels run at a time, and these are small kernels (≈ 365 per training
-# step, a few hundred programs each at d_model 64) that leave most SMs idle. Under MPS the processes share one
+# processes' contexts, so one process's kernels run at a time, and these are small kernels (hundreds per training
+# step, most with a few hundred programs or fewer at d_model 64) that leave most SMs idle. Under MPS the processes share one
 # context and their kernels run side by side. Nothing about the GPU's settings changes: the control daemon runs as
 # this user with its pipe and log directories under $TMPDIR, and is told to quit when the command ends.
 # A client that cannot reach the daemon runs without MPS (the CUDA driver's rule); if the daemon starts but a

@@ -376,7 +376,8 @@ def train_run(args) -> dict | None:
         model.load_state_dict(torch.load(ckpt_best, map_location=device, weights_only=True)["model"])
     test = accuracy_at_lengths(model, task, args.test_lens + [args.eval_len], args.n_test, args.mult, device,
                                args.eval_batch)
-    # the other reading of "evaluated at length 256" (Grazzi et al.'s protocol): lengths uniform in [40, 256], pooled
+    # the other reading of "evaluated at 256 length" (Grazzi et al.'s protocol): one accuracy over lengths uniform in
+    # [the curriculum's first maximum, eval_len] ([40, 256] for the paper's settings)
     lo = min(parse_range(args.max_len)[0], args.eval_len)
     pooled = pooled_results(model, task, lo, args.eval_len, args.n_test, args.mult, device, args.eval_batch)
     res = {
@@ -423,9 +424,9 @@ def length_results(task: str, rows: dict) -> dict:
 
 
 def pooled_set(task: str, n: int, lo: int, hi: int, mult: bool) -> data.Batch:
-    """The evaluation set of Grazzi et al.'s protocol (which the Mamba-3 paper's state-tracking section follows): n
-    strings whose lengths are drawn uniformly from [lo, hi] (they used 8192 strings of lengths 40..256), one
-    accuracy pooled over all of them; deterministic (seed POOLED_SEED)."""
+    """The evaluation set of Grazzi et al.'s protocol (whose tasks the Mamba-3 paper takes; one reading of its
+    "evaluated at 256 length"): n strings whose lengths are drawn uniformly from [lo, hi] (they used 8192 strings of
+    lengths 40..256), one accuracy pooled over all of them; deterministic (seed POOLED_SEED)."""
     return data.sample_batch(task, n, lo, hi, torch.Generator().manual_seed(POOLED_SEED), mult)
 
 
@@ -448,8 +449,8 @@ def run_eval(argv: list[str]) -> int:
     p.add_argument("--by-depth", action="store_true",
                    help="arith_brackets: also the scaled accuracy per deepest bracket nesting of the strings")
     p.add_argument("--pooled", default=None, metavar="MIN:MAX",
-                   help="also one scaled accuracy pooled over --n strings of lengths uniform in [MIN, MAX] (the "
-                        "protocol of Grazzi et al. 2025: 40:256)")
+                   help="also one scaled accuracy pooled over --n strings (default: the run's n_test) of lengths "
+                        "uniform in [MIN, MAX] (the protocol of Grazzi et al. 2025: 40:256)")
     a = p.parse_args(argv)
     ck = torch.load(a.checkpoint, map_location="cpu", weights_only=True)
     run = ck["args"]
