@@ -137,15 +137,15 @@ def use_triton(backend: str, tensors) -> bool:
 
 def choose_backend(op: str, backend: str, tensors):
     """The Triton entry point of ``op`` ("siso" or "mimo") when :func:`use_triton` says so, else None (the
-    PyTorch reference). On CUDA it runs with the tensors' device current (:func:`on_device_of`)."""
+    PyTorch reference). The entry points run with the tensors' device current (:func:`on_device_of`)."""
     if not use_triton(backend, tensors):
         return None
     module = importlib.import_module(f"mamba3.ops.{op}.function")
-    return on_device_of(getattr(module, f"{op}_triton"))
+    return getattr(module, f"{op}_triton")
 
 
 def on_device_of(fn):
-    """``fn`` run with its first argument's CUDA device current: Triton launches on the current device and its
+    """Decorator for the Triton entry points: ``fn`` run with its first argument's CUDA device current: Triton launches on the current device and its
     current stream, so tensors on cuda:1 while cuda:0 is current would otherwise be handed to a kernel on cuda:0.
     (Backward passes run on the autograd engine's thread for the tensors' device, which sets that device.)"""
     @functools.wraps(fn)

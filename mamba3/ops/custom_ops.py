@@ -17,7 +17,7 @@ from typing import List, Optional
 import torch
 
 from ..reference.common import compute_dtype
-from .checks import on_device_of, use_triton
+from .checks import use_triton
 from .common.replay import gradients_only
 from .mimo.api import mamba3_mimo
 from .siso.api import mamba3_siso
@@ -121,8 +121,7 @@ def siso_bwd_op(grads: List[Optional[Tensor]], final_angle: Tensor, q: Tensor, k
     # host time made a compiled SISO step host-bound: H200, B8 T4096, 9.4 ms of host time against 7.2 of GPU time)
     from .siso.function import siso_triton_backward
 
-    got = on_device_of(siso_triton_backward)(*t[:11], _states(*t[11:]), chunk_size, cu_seqlens, precision,
-                                             final_angle, grads)
+    got = siso_triton_backward(*t[:11], _states(*t[11:]), chunk_size, cu_seqlens, precision, final_angle, grads)
     return [torch.zeros_like(x) if g is None else g for x, g in zip(t, got) if x is not None]
 
 

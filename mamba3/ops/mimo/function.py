@@ -25,6 +25,7 @@ from __future__ import annotations
 import torch
 
 from . import launch as _launch
+from ..checks import on_device_of
 from ..common.chunking import make_chunks
 from ..common.replay import replaying_for_gradients
 from .angles import ANGLE_CHUNK, MimoAngles
@@ -125,6 +126,7 @@ def _rotate_half(x, theta):
     return torch.cat((x0 * c - x1 * s, x[..., a:half], x0 * s + x1 * c, x[..., half + a:]), dim=-1)
 
 
+@on_device_of
 def mimo_triton(q, k, v, adt, dt, trap, q_bias, k_bias, mimo_v, mimo_z, mimo_out, angles, D, z, input_states,
                 chunk_size, cu_seqlens, rms_norm, norm_weight, norm_eps, precision, *, config=None):
     """MIMO Mamba-3 on the Triton kernels. Arguments and returns as :func:`mamba3.mamba3_mimo` (validated).

@@ -18,6 +18,7 @@ import triton.language as tl
 
 from mamba3.dispatch import DeviceSpec
 
+from ..checks import on_device_of
 from ..common.chunking import make_chunks
 from ..common.cumsum import angle_backward, angle_offsets, chunk_sums, rotation_planes
 from ..common.launch import launch
@@ -307,6 +308,7 @@ def _backward(c, tensors, input_states, dout, dfa, dfssm, off=None):
             dang.to(angles.dtype), dD, dz, *grads_states, None, None, None)
 
 
+@on_device_of
 def siso_triton(q, k, v, adt, dt, trap, q_bias, k_bias, angles, D, z, input_states, chunk_size, cu_seqlens,
                 precision):
     """SISO Mamba-3 on the Triton kernels. Returns (out, (angle, ssm, k, v) final states); see ARCHITECTURE.md."""
@@ -323,6 +325,7 @@ def siso_triton(q, k, v, adt, dt, trap, q_bias, k_bias, angles, D, z, input_stat
     return out, (fa, fs, fk, v[last])
 
 
+@on_device_of
 def siso_triton_backward(q, k, v, adt, dt, trap, q_bias, k_bias, angles, D, z, input_states, chunk_size,
                          cu_seqlens, precision, final_angle, grads):
     """What autograd through :func:`siso_triton` returns, without running its forward (the ``mamba3::siso`` custom
