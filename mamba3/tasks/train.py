@@ -459,7 +459,8 @@ def run_eval(argv: list[str]) -> int:
     device = resolve_device(a.device)
     model = load_checkpoint(a.checkpoint).to(device)
     lengths = ([int(x) for x in a.lengths.split(",")] if a.lengths else run["test_lens"] + [run["eval_len"]])
-    rows = rows_at_lengths(model, ck["task"], lengths, a.n or run["n_test"], run["mult"], device, a.eval_batch)
+    n = a.n or run["n_test"]
+    rows = rows_at_lengths(model, ck["task"], lengths, n, run["mult"], device, a.eval_batch)
     test = length_results(ck["task"], rows)
     print(f"{ck['task']} · {ck['config']['variant']} d_model {ck['config']['d_model']} · step {ck['step']} · "
           f"{device.type}")
@@ -469,7 +470,7 @@ def run_eval(argv: list[str]) -> int:
         print(accuracy_by_depth(ck["task"], rows))
     if a.pooled:
         lo, hi = parse_range(a.pooled)
-        pooled = pooled_results(model, ck["task"], lo, hi, a.n or run["n_test"], run["mult"], device, a.eval_batch)
+        pooled = pooled_results(model, ck["task"], lo, hi, n, run["mult"], device, a.eval_batch)
         print(f"\nscaled accuracy pooled over {pooled['n']} strings of lengths uniform in [{lo}, {hi}]: "
               f"{100 * pooled['scaled']:.2f} %")
     return 0
