@@ -260,10 +260,13 @@ def load_checkpoint(path, map_location="cpu") -> TaskModel:
     return model
 
 
-# What a resumed run must share with the run that wrote checkpoint_resume.pt (everything that changes the result)
+# What a resumed run must share with the run that wrote checkpoint_resume.pt (everything that changes the training
+# or what its validations measure). Not the validation period: a validation reads the weights and changes nothing
+# (each step's batch comes from its own seed), so a run may be resumed validating more often, e.g. in its last
+# stage; each history entry has its step. Checkpoints written before that still hold it (left out when compared).
 RESUME_KEYS = ("task", "model", "d_model", "layers", "d_state", "expand", "headdim", "mlp_ratio", "rope_fraction",
                "mimo_rank", "dt_min", "dt_max", "lr", "weight_decay", "warmup", "clip", "steps", "batch", "min_len",
-               "max_len", "stages", "eval_len", "eval_every", "n_val", "eval_batch", "mult", "seed")
+               "max_len", "stages", "eval_len", "n_val", "eval_batch", "mult", "seed")
 
 
 def train_run(args) -> dict | None:
@@ -296,8 +299,10 @@ def train_run(args) -> dict | None:
     run_loss = run_acc = None
     if args.resume and ckpt_resume.exists():
         ck = torch.load(ckpt_resume, map_location=device, weights_only=True)
-        if ck["run_key"] != run_key:
-            diff = {k: (ck["run_key"].get(k), v) for k, v in run_key.items() if ck["run_key"].get(k) != v}
+        saved_key = {k: v for k, v in ck["run_key"].items() if k != "eval_every"}
+        if saved_key != run_key:
+            diff = {k: (saved_key.get(k), run_key.get(k)) for k in saved_key.keys() | run_key.keys()
+                    if saved_key.get(k) != run_key.get(k)}
             raise ValueError(f"{ckpt_resume} was written by another configuration ((saved, now): {diff}); "
                              "remove it or train into another --out")
         model.load_state_dict(ck["model"])

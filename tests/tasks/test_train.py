@@ -68,6 +68,15 @@ def test_paused_and_resumed_run_equals_the_uninterrupted_run(tmp_path):
     keys = ("step", "max_len", "lr", "train_loss", "train_acc", "grad_norm", "val_acc", "val_loss")
     assert [{k: h[k] for k in keys} for h in a["history"]] == [{k: h[k] for k in keys} for h in b["history"]]
     assert (a["best_step"], a["best_val_acc"], a["test"]) == (b["best_step"], b["best_val_acc"], b["test"])
+    # the validation period may change on resume (validations change nothing): the same final weights
+    out = tmp_path / "denser"
+    assert train.main(RESUME_ARGS + ["--out", str(out), "--stop-after", "0"]) == 0
+    assert train.main(RESUME_ARGS + ["--out", str(out), "--resume", "--eval-every", "1"]) == 0
+    c = json.loads((out / "results.json").read_text())
+    assert [h["step"] for h in c["history"]] == [2, 3, 4, 5, 6, 7]  # none at the pause after step 1
+    last = [torch.load(tmp_path / d / "checkpoint_last.pt", weights_only=True)["model"]
+            for d in ("straight", "denser")]
+    assert all(torch.equal(last[0][k], last[1][k]) for k in last[0])
     # a checkpoint of another configuration is refused, not silently continued
     assert train.main(RESUME_ARGS[:-1] + ["--out", str(tmp_path / "other"), "--stop-after", "0"]) == 0
     with pytest.raises(ValueError, match="another configuration"):
