@@ -4,7 +4,8 @@ decode-step op.
 
 in_proj (no bias) → [z (d_inner), x (d_inner), B (N·G·R), C (N·G·R), dd_dt (H), dd_A (H), trap (H), angles (A)]
   B, C: "(r g n)" → (…, R, G, N), RMS-normalised over N (B_norm, C_norm), plus B_bias / C_bias (H, R, N);
-  DT = softplus(dd_dt + dt_bias); A = −heavy_tail(dd_A) clamped to ≤ −A_floor; ADT = A·DT;
+  DT = softplus(dd_dt + dt_bias); A = −heavy_tail(dd_A) clamped to ≤ −A_floor; ADT = A·DT
+  (a_activation="softplus": A = −softplus(dd_A), the official module's form before its commit c69aaab);
   trap: the trapezoid logit; angles (B, T, A): rates shared by every head (never expanded in memory).
 Operator: q = C, k = B, v = x, z gate, D skip; SISO rotates adjacent pairs, MIMO half-split pairs with
 mimo_x (ψ), mimo_z (ζ), mimo_o (φ). Optional output norm (is_outproj_norm): headwise RMSNorm with weight
@@ -40,6 +41,12 @@ def heavy_tail(x: torch.Tensor) -> torch.Tensor:
     return torch.where(x >= 0, 1.0 + x, 1.0 / (1.0 - torch.clamp(x, max=0.0)))
 
 
+# A = −activation(dd_A). "heavy_tail" is the official module's (since c69aaab, "Stabilize data-dependent A");
+# before it A was −softplus(dd_A). They differ most where slow forgetting lives: A = −0.01 takes dd_A ≈ −100 with
+# heavy_tail and ≈ −4.6 with softplus, so the choice bounds how far a trained model's memory reaches.
+A_ACTIVATIONS = {"heavy_tail": heavy_tail, "softplus": F.softplus}
+
+
 def num_rope_angles(d_state: int, rope_fraction: float) -> int:
     rotated = int(d_state * rope_fraction)
     rotated -= rotated % 2
@@ -57,11 +64,14 @@ class Mamba3(nn.Module):
     def __init__(self, d_model, d_state=128, expand=2, headdim=64, ngroups=1, rope_fraction=0.5, dt_min=0.001,
                  dt_max=0.1, dt_init_floor=1e-4, A_floor=1e-4, is_outproj_norm=False, is_mimo=False, mimo_rank=4,
                  fuse_pregate_headwise_norm=True, chunk_size=64, dropout=0.0, layer_idx=None, n_layer=None,
-                 device=None, dtype=None, **kwargs):
+                 device=None, dtype=None, a_activation="heavy_tail", **kwargs):
         super().__init__()
         factory = dict(device=device, dtype=dtype)
         if rope_fraction not in (0.5, 1.0):
             raise ValueError(f"rope_fraction must be 0.5 or 1.0, got {rope_fraction}")
+        if a_activation not in A_ACTIVATIONS:
+            raise ValueError(f"a_activation must be one of {sorted(A_ACTIVATIONS)}, got {a_activation!r}")
+        self.a_activation = a_activation
         self.d_model, self.d_state, self.expand, self.headdim = d_model, d_state, expand, headdim
         self.ngroups, self.rope_fraction = ngroups, rope_fraction
         self.A_floor = A_floor
@@ -123,7 +133,7 @@ class Mamba3(nn.Module):
         Bp = self.B_norm(Bp.unflatten(-1, (R, G, N)))
         Cp = self.C_norm(Cp.unflatten(-1, (R, G, N)))
         fdt = torch.float64 if u.dtype == torch.float64 else torch.float32
-        A = torch.clamp(-heavy_tail(dd_A.to(fdt)), max=-self.A_floor)
+        A = torch.clamp(-A_ACTIVATIONS[self.a_activation](dd_A.to(fdt)), max=-self.A_floor)
         DT = F.softplus(dd_dt.to(fdt) + self.dt_bias.to(fdt))
         ADT = A * DT
         return z, x, Bp, Cp, ADT, DT, trap, angles.to(fdt)

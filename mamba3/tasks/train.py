@@ -39,7 +39,7 @@ import torch
 import torch.nn.functional as F
 
 from . import data
-from ..modules.mamba3_layer import Mamba3
+from ..modules.mamba3_layer import A_ACTIVATIONS, Mamba3
 from .models import VARIANTS, TaskModel, param_groups
 
 VAL_SEED, TEST_SEED, POOLED_SEED = 10_000, 20_000, 30_000
@@ -249,7 +249,7 @@ def build_model(args, task: str) -> TaskModel:
     return TaskModel(data.VOCAB_SIZE, data.NUM_CLASSES[task], variant=args.model, d_model=args.d_model,
                      n_layers=args.layers, d_state=args.d_state, expand=args.expand, headdim=args.headdim,
                      mlp_ratio=args.mlp_ratio, rope_fraction=args.rope_fraction, mimo_rank=args.mimo_rank,
-                     dt_min=args.dt_min, dt_max=args.dt_max)
+                     dt_min=args.dt_min, dt_max=args.dt_max, a_activation=args.a_activation)
 
 
 def load_checkpoint(path, map_location="cpu") -> TaskModel:
@@ -295,6 +295,8 @@ def train_run(args) -> dict | None:
     run_key = {k: getattr(args, k) for k in RESUME_KEYS}
     if args.dynamics_weight_decay is not None:  # only when set: older checkpoints resume as they were
         run_key["dynamics_weight_decay"] = args.dynamics_weight_decay
+    if args.a_activation != "heavy_tail":  # likewise
+        run_key["a_activation"] = args.a_activation
     first_step, trained_s = 0, 0.0
     run_loss = run_acc = None
     if args.resume and ckpt_resume.exists():
@@ -537,6 +539,9 @@ def add_train_args(p: argparse.ArgumentParser, task_default_layers: bool = True)
     p.add_argument("--mimo-rank", type=int, default=4)
     p.add_argument("--dt-min", type=float, default=0.001, help="Δ initialisation range (Mamba3 dt_min)")
     p.add_argument("--dt-max", type=float, default=0.1, help="Δ initialisation range (Mamba3 dt_max)")
+    p.add_argument("--a-activation", default="heavy_tail", choices=sorted(A_ACTIVATIONS),
+                   help="A = −activation(dd_A): heavy_tail (the official module's, default) or softplus (its "
+                        "earlier form, which reaches slow forgetting at far smaller |dd_A|)")
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--weight-decay", type=float, default=0.1)
     p.add_argument("--dynamics-weight-decay", type=float, default=None,

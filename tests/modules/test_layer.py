@@ -48,7 +48,7 @@ def random_state_dict(layout, seed):
 
 
 def block_float64(sd, u, *, d_state, headdim, ngroups, rope_fraction, is_mimo, mimo_rank, is_outproj_norm,
-                  A_floor=1e-4):
+                  A_floor=1e-4, a_activation="heavy_tail"):
     """The Mamba-3 block from the spec, token by token in float64, from the state dict alone."""
     sd = {k: v.double() for k, v in sd.items()}
     u = u.double()
@@ -66,7 +66,10 @@ def block_float64(sd, u, *, d_state, headdim, ngroups, rope_fraction, is_mimo, m
 
     Bp = rms(Bp.reshape(Bsz, T, R, G, N), sd["B_norm.weight"])
     Cp = rms(Cp.reshape(Bsz, T, R, G, N), sd["C_norm.weight"])
-    ht = torch.where(dd_A >= 0, 1 + dd_A, 1 / (1 - dd_A.clamp(max=0)))
+    if a_activation == "softplus":
+        ht = torch.log1p(torch.exp(dd_A))
+    else:
+        ht = torch.where(dd_A >= 0, 1 + dd_A, 1 / (1 - dd_A.clamp(max=0)))
     A = torch.minimum(-ht, torch.tensor(-A_floor, dtype=torch.float64))
     DT = F.softplus(dd_dt + sd["dt_bias"])
     lam = torch.sigmoid(trap)
@@ -148,6 +151,26 @@ def test_official_state_dict_loads_and_matches_float64_block(cfg):
     layer64 = make_layer(cfg, rank=rank, dtype=torch.float64)
     layer64.load_state_dict(sd)
     assert_rel_close("layer fp64", layer64(u.double()), ref, 1e-12)
+
+
+@pytest.mark.parametrize("cfg", [CONFIGS[0], CONFIGS[2]], ids=[IDS[0], IDS[2]])
+def test_softplus_a_matches_float64_block(cfg):
+    """a_activation="softplus" (A = −softplus(dd_A), the official module's earlier form) against the float64 spec;
+    dd_A spread wide, so the two activations differ (by 0.3 at dd_A = 0, ever more for dd_A ≪ 0)."""
+    layout = official_layout(D_MODEL, D_STATE, EXPAND, HEADDIM, cfg["ngroups"], cfg["rope_fraction"],
+                             cfg["is_mimo"], 2, cfg["is_outproj_norm"])
+    layer = make_layer(cfg, a_activation="softplus")
+    sd = random_state_dict(layout, seed=5)
+    dd_A = layer.in_proj_slices()["dd_A"]
+    sd["in_proj.weight"][dd_A] *= 8.0
+    layer.load_state_dict(sd, strict=True)
+    u = torch.randn(2, 9, D_MODEL, generator=torch.Generator().manual_seed(6))
+    ref = block_float64(sd, u, d_state=D_STATE, headdim=HEADDIM, mimo_rank=2, a_activation="softplus", **cfg)
+    assert_rel_close("layer fp32, softplus A", layer(u), ref, 1e-5)
+    other = block_float64(sd, u, d_state=D_STATE, headdim=HEADDIM, mimo_rank=2, **cfg)
+    assert (other - ref).norm() > 1e-2 * ref.norm()  # the option changes the output
+    with pytest.raises(ValueError, match="a_activation"):
+        make_layer(cfg, a_activation="exp")
 
 
 def test_initialisation_follows_the_official_formulas():

@@ -83,6 +83,20 @@ def test_paused_and_resumed_run_equals_the_uninterrupted_run(tmp_path):
         train.main(RESUME_ARGS + ["--out", str(tmp_path / "other"), "--resume", "--lr", "2e-2"])
 
 
+def test_a_activation_reaches_every_layer_and_the_checkpoint(tmp_path):
+    """--a-activation softplus builds every Mamba3 layer with it, the checkpoint rebuilds them so, and a paused
+    run does not resume under the other activation."""
+    out = tmp_path / "softplus"
+    args = RESUME_ARGS + ["--layers", "2", "--out", str(out)]
+    assert train.main(args + ["--a-activation", "softplus", "--stop-after", "0"]) == 0
+    with pytest.raises(ValueError, match="a_activation"):
+        train.main(args + ["--resume"])
+    assert train.main(args + ["--a-activation", "softplus", "--resume"]) == 0
+    model = train.load_checkpoint(out / "checkpoint_best.pt")
+    layers = [m for m in model.modules() if isinstance(m, train.Mamba3)]
+    assert len(layers) == 2 and all(m.a_activation == "softplus" for m in layers)
+
+
 def test_cli_end_to_end_writes_json_and_checkpoints(tmp_path, capsys):
     out = tmp_path / "run"
     rc = train.main(["parity", "--model", "norope", "--d-model", "16", "--d-state", "16", "--headdim", "8",
