@@ -3,7 +3,8 @@ and ``python -m mamba3 train {demo,parity,arith,arith_brackets,sweep,summarize} 
 
 info   versions, the device and its shared-memory opt-in limit, which backend runs for CPU / CUDA tensors, and
        per op the configuration the dispatcher would choose and the shared memory of every kernel it can
-       launch (compiled ahead of time for ``--arch``, or for the current GPU).
+       launch (compiled ahead of time for ``--arch``, or for the current GPU: minutes from a cold Triton cache;
+       ``--brief`` leaves the kernels out).
 check  forward + backward of SISO and MIMO at a small shape through the public API (fp32, backend auto),
        compared with the recurrent definition evaluated in float64 on the same inputs; exit code 1 on failure.
 train  the state-tracking tasks (mamba3.tasks.train; ``python -m mamba3 train --help``).
@@ -72,7 +73,7 @@ def _target(spec, *, current: bool, compile_kernels: bool, spills: bool = False)
     return out
 
 
-def info(arch: int | None, as_json: bool, spills: bool = False) -> int:
+def info(arch: int | None, as_json: bool, spills: bool = False, brief: bool = False) -> int:
     import torch
 
     data = {"versions": _versions()}
@@ -85,9 +86,9 @@ def info(arch: int | None, as_json: bool, spills: bool = False) -> int:
     }
     targets = []
     if cuda:
-        targets.append(_target(device_spec(), current=True, compile_kernels=True, spills=spills))
+        targets.append(_target(device_spec(), current=True, compile_kernels=not brief, spills=spills))
     if arch is not None:
-        targets.append(_target(arch_spec(arch), current=False, compile_kernels=True, spills=spills))
+        targets.append(_target(arch_spec(arch), current=False, compile_kernels=not brief, spills=spills))
     data["targets"] = targets
 
     if as_json:
@@ -254,6 +255,9 @@ def main(argv=None) -> int:
     p_info.add_argument("--json", action="store_true", help="machine-readable output")
     p_info.add_argument("--spills", action="store_true",
                         help="also count spill stores (one more ptxas run per kernel; slow for big kernels)")
+    p_info.add_argument("--brief", action="store_true",
+                        help="the chosen configurations without compiling every kernel (which takes minutes "
+                             "from a cold Triton cache)")
     p_check = sub.add_parser("check", help="forward+backward of SISO and MIMO vs the float64 definition")
     p_check.add_argument("--device", choices=("cpu", "cuda"), default=None,
                          help="default: cuda if available, else cpu")
@@ -268,7 +272,7 @@ def main(argv=None) -> int:
                 arch = arch_spec(parse_arch(args.arch)).arch
             except ValueError as e:
                 parser.error(str(e))
-        return info(arch, args.json, args.spills)
+        return info(arch, args.json, args.spills, args.brief)
     import torch
 
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")

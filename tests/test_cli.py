@@ -44,6 +44,15 @@ def test_info_arch_json():
             assert k["fits"], f"{op}: {k['name']} needs {k['total_shared']} B > {k['limit']} B on sm_89"
 
 
+def test_info_brief_compiles_nothing():
+    rc, out, err = _run("info", "--arch", "sm_86", "--brief", "--json", timeout=120)
+    assert rc == 0, err
+    (target,) = [t for t in json.loads(out)["targets"] if not t["current_device"]]
+    with_kernels = [op for op in dispatch.OPS if dispatch.op_configs(op) is not None]
+    assert with_kernels and all(target["ops"][op]["chosen"] for op in with_kernels)
+    assert not any("kernels" in entry for entry in target["ops"].values())
+
+
 def test_info_arch_text_and_bad_arch():
     rc, out, err = _run("info", "--arch", "sm_120")
     assert rc == 0, err
