@@ -19,7 +19,7 @@
 set -uo pipefail
 mps_dir=${TMPDIR:-/tmp}/mamba3-mps
 if [ "${MPS:-1}" != 0 ] && command -v nvidia-cuda-mps-control >/dev/null 2>&1; then
-  if [ -n "${MAMBA3_MPS_ACTIVE:-}" ]; then  # the daemon of an enclosing with_mps.sh: use it, leave it be
+  if [ -n "${MAMBA3_MPS_ACTIVE:-}" ] && [ -n "${CUDA_MPS_PIPE_DIRECTORY:-}" ]; then  # an enclosing one's daemon
     echo "with_mps: MPS already on (pipe $CUDA_MPS_PIPE_DIRECTORY)" >&2
   else
     export CUDA_MPS_PIPE_DIRECTORY=$mps_dir/pipe CUDA_MPS_LOG_DIRECTORY=$mps_dir/log

@@ -68,6 +68,9 @@ def test_nested_use_shares_the_enclosing_daemon(machine):
     assert "MPS already on" in done.stderr
     assert f"pipe={machine.pipe} active=1" in done.stdout
     assert calls == ["start", "stdin:quit"]  # one daemon, one quit (the outer script's)
+    done, calls = machine("bash", "-c", SHOW_ENV, MAMBA3_MPS_ACTIVE="1")  # the flag alone names no daemon
+    assert done.returncode == 0 and "MPS on" in done.stderr, done.stderr
+    assert calls == ["start", "stdin:quit"] + ["stdin:quit", "start", "stdin:quit"]  # (the first one's directory)
 
 
 def test_a_failing_cuda_probe_runs_the_command_without_mps(machine):
