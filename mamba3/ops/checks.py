@@ -145,9 +145,10 @@ def choose_backend(op: str, backend: str, tensors):
 
 
 def on_device_of(fn):
-    """Decorator for the Triton entry points: ``fn`` run with its first argument's CUDA device current: Triton launches on the current device and its
-    current stream, so tensors on cuda:1 while cuda:0 is current would otherwise be handed to a kernel on cuda:0.
-    (Backward passes run on the autograd engine's thread for the tensors' device, which sets that device.)"""
+    """Decorator for the Triton entry points: ``fn`` run with its first argument's CUDA device current. Triton
+    launches on the current device and its current stream, so tensors on cuda:1 while cuda:0 is current would
+    otherwise be handed to a kernel on cuda:0. (Backward passes run on the autograd engine's thread for the
+    tensors' device, which sets that device.)"""
     @functools.wraps(fn)
     def run(first, *args, **kwargs):
         if not first.is_cuda:

@@ -267,6 +267,9 @@ def load_checkpoint(path, map_location="cpu") -> TaskModel:
 RESUME_KEYS = ("task", "model", "d_model", "layers", "d_state", "expand", "headdim", "mlp_ratio", "rope_fraction",
                "mimo_rank", "dt_min", "dt_max", "lr", "weight_decay", "warmup", "clip", "steps", "batch", "min_len",
                "max_len", "stages", "eval_len", "n_val", "eval_batch", "mult", "seed")
+# Options added after checkpoints were first written, each with the value those checkpoints trained with: in the
+# key only when set otherwise, so older checkpoints resume as they were.
+LATER_RESUME_KEYS = {"dynamics_weight_decay": None, "a_activation": "heavy_tail"}
 
 
 def train_run(args) -> dict | None:
@@ -293,10 +296,7 @@ def train_run(args) -> dict | None:
     ckpt_best, ckpt_last = out / "checkpoint_best.pt", out / "checkpoint_last.pt"
     ckpt_resume = out / "checkpoint_resume.pt"
     run_key = {k: getattr(args, k) for k in RESUME_KEYS}
-    if args.dynamics_weight_decay is not None:  # only when set: older checkpoints resume as they were
-        run_key["dynamics_weight_decay"] = args.dynamics_weight_decay
-    if args.a_activation != "heavy_tail":  # likewise
-        run_key["a_activation"] = args.a_activation
+    run_key |= {k: getattr(args, k) for k, old in LATER_RESUME_KEYS.items() if getattr(args, k) != old}
     first_step, trained_s = 0, 0.0
     run_loss = run_acc = None
     if args.resume and ckpt_resume.exists():
@@ -385,7 +385,7 @@ def train_run(args) -> dict | None:
                                args.eval_batch)
     # the other reading of "evaluated at 256 length" (Grazzi et al.'s protocol): one accuracy over lengths uniform in
     # [the curriculum's first maximum, eval_len] ([40, 256] for the paper's settings)
-    lo = min(parse_range(args.max_len)[0], args.eval_len)
+    lo = min(start, args.eval_len)
     pooled = pooled_results(model, task, lo, args.eval_len, args.n_test, args.mult, device, args.eval_batch)
     res = {
         "task": task, "model": args.model, "d_model": args.d_model, "layers": args.layers, "lr": args.lr,
