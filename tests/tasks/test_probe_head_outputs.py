@@ -1,0 +1,45 @@
+"""scripts/probe_head_outputs.py: the per-head output size it reports follows the heads' own weights (CPU, tiny)."""
+import re
+
+import torch
+
+from mamba3.tasks import data
+from mamba3.tasks.models import TaskModel
+
+
+def tiny_model():
+    torch.manual_seed(0)
+    return TaskModel(data.VOCAB_SIZE, data.NUM_CLASSES["parity"], d_model=16, n_layers=2, d_state=16, headdim=8,
+                     mlp_ratio=0.0)
+
+
+def mixer(block):
+    return next(m for m in block.modules() if hasattr(m, "_project"))
+
+
+def test_head_outputs_follow_their_weights(tmp_path, capsys, script):
+    tool = script("probe_head_outputs")
+    model = tiny_model()
+    before = tool.head_output_rms(model, "parity", 20, n=6)
+    assert [r.shape for r in before] == [(mixer(b).nheads,) for b in model.layers]
+    assert all(bool((r > 0).all()) for r in before)
+    # in_proj's rows: z, then x (d_inner each). Head 1's output is linear in its x rows (the scan and D·x are),
+    # and silu(z) = 0 where z = 0: scaling one head's x rows scales its output alone, zeroing its z rows silences it.
+    layer = mixer(model.layers[1])
+    P, d_inner = layer.headdim, layer.d_inner
+    with torch.no_grad():
+        layer.in_proj.weight[d_inner + P:d_inner + 2 * P] *= 3.0
+        layer.in_proj.weight[2 * P:3 * P] = 0.0
+    after = tool.head_output_rms(model, "parity", 20, n=6)
+    torch.testing.assert_close(after[0], before[0])
+    expected = before[1].clone()
+    expected[1] *= 3.0
+    expected[2] = 0.0
+    torch.testing.assert_close(after[1], expected)
+    ck = tmp_path / "checkpoint_best.pt"
+    torch.save(dict(model=model.state_dict(), config=model.config, step=0, task="parity", args={}), ck)
+    assert tool.main([str(ck), "--lengths", "12,20", "--n", "4"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("parity, 4 strings per length")
+    assert "| layer | head | length 12 | length 20 |" in out
+    assert len(re.findall(r"^\| \d \| \d \| [\d.]+ \| [\d.]+ \|$", out, re.M)) == sum(r.numel() for r in before)
