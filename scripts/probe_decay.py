@@ -10,6 +10,7 @@ carry information across the whole input (a running value) can do so at length L
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from pathlib import Path
 
@@ -19,6 +20,20 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from mamba3.tasks import data  # noqa: E402
 from mamba3.tasks.train import load_checkpoint  # noqa: E402
+
+
+def forward_on_strings(model, task: str, length: int, n: int, seed: int = 1) -> data.Batch:
+    """Run ``model`` (in eval mode, without gradients) on n strings of ``task`` at ``length``; the batch it read,
+    its tokens cut after the last answer position."""
+    batch = data.make_batch(task, [length] * n, torch.Generator().manual_seed(seed))
+    T = int(batch.query.max()) + 1
+    batch = dataclasses.replace(batch, tokens=batch.tokens[:, :T])
+    was = model.training
+    model.eval()
+    with torch.no_grad():
+        model(batch.tokens, batch.query)
+    model.train(was)
+    return batch
 
 
 def decay_stats(model, task: str, length: int, n: int, seed: int = 1) -> list[dict[str, torch.Tensor]]:
@@ -37,13 +52,7 @@ def decay_stats(model, task: str, length: int, n: int, seed: int = 1) -> list[di
         layer._project = record
         saved.append((layer, project))
     try:
-        batch = data.make_batch(task, [length] * n, torch.Generator().manual_seed(seed))
-        T = int(batch.query.max()) + 1
-        was = model.training
-        model.eval()
-        with torch.no_grad():
-            model(batch.tokens[:, :T], batch.query)
-        model.train(was)
+        T = forward_on_strings(model, task, length, n, seed).tokens.shape[1]
     finally:
         for layer, project in saved:
             layer._project = project

@@ -17,9 +17,10 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from mamba3.tasks import data  # noqa: E402
 from mamba3.tasks.train import load_checkpoint  # noqa: E402
+from probe_decay import forward_on_strings  # noqa: E402
 
 
 def head_output_rms(model, task: str, length: int, n: int, seed: int = 1) -> list[torch.Tensor]:
@@ -30,13 +31,7 @@ def head_output_rms(model, task: str, length: int, n: int, seed: int = 1) -> lis
     hooks = [m.out_proj.register_forward_hook(lambda mod, args, out, i=i: seen.__setitem__(i, args[0].detach()))
              for i, m in enumerate(mixers)]
     try:
-        batch = data.make_batch(task, [length] * n, torch.Generator().manual_seed(seed))
-        T = int(batch.query.max()) + 1
-        was = model.training
-        model.eval()
-        with torch.no_grad():
-            model(batch.tokens[:, :T], batch.query)
-        model.train(was)
+        batch = forward_on_strings(model, task, length, n, seed)
     finally:
         for h in hooks:
             h.remove()

@@ -129,14 +129,15 @@ class TaskModel(nn.Module):
     def __init__(self, vocab_size: int, num_classes: int, variant: str = "mamba3", d_model: int = 32,
                  n_layers: int = 1, d_state: int = 64, expand: int = 2, headdim: int = 16, mlp_ratio: float = 2.0,
                  rope_fraction: float = 0.5, mimo_rank: int = 4, chunk_size: int = 64, dt_min: float = 0.001,
-                 dt_max: float = 0.1, a_activation: str = "heavy_tail"):
+                 dt_max: float = 0.1, a_activation: str = "heavy_tail", outproj_norm: bool = False):
         super().__init__()
         self.config = dict(vocab_size=vocab_size, num_classes=num_classes, variant=variant, d_model=d_model,
                            n_layers=n_layers, d_state=d_state, expand=expand, headdim=headdim, mlp_ratio=mlp_ratio,
                            rope_fraction=rope_fraction, mimo_rank=mimo_rank, chunk_size=chunk_size, dt_min=dt_min,
-                           dt_max=dt_max, a_activation=a_activation)
+                           dt_max=dt_max, a_activation=a_activation, outproj_norm=outproj_norm)
         ssm_kw = dict(d_state=d_state, expand=expand, headdim=headdim, rope_fraction=rope_fraction,
-                      chunk_size=chunk_size, n_layer=n_layers, dt_min=dt_min, dt_max=dt_max, a_activation=a_activation)
+                      chunk_size=chunk_size, n_layer=n_layers, dt_min=dt_min, dt_max=dt_max, a_activation=a_activation,
+                      is_outproj_norm=outproj_norm)
         if variant == "mimo":
             ssm_kw["mimo_rank"] = mimo_rank
         self.embedding = nn.Embedding(vocab_size, d_model)

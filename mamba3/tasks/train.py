@@ -249,7 +249,8 @@ def build_model(args, task: str) -> TaskModel:
     return TaskModel(data.VOCAB_SIZE, data.NUM_CLASSES[task], variant=args.model, d_model=args.d_model,
                      n_layers=args.layers, d_state=args.d_state, expand=args.expand, headdim=args.headdim,
                      mlp_ratio=args.mlp_ratio, rope_fraction=args.rope_fraction, mimo_rank=args.mimo_rank,
-                     dt_min=args.dt_min, dt_max=args.dt_max, a_activation=args.a_activation)
+                     dt_min=args.dt_min, dt_max=args.dt_max, a_activation=args.a_activation,
+                     outproj_norm=args.outproj_norm)
 
 
 def load_checkpoint(path, map_location="cpu") -> TaskModel:
@@ -269,7 +270,7 @@ RESUME_KEYS = ("task", "model", "d_model", "layers", "d_state", "expand", "headd
                "max_len", "stages", "eval_len", "n_val", "eval_batch", "mult", "seed")
 # Options added after checkpoints were first written, each with the value those checkpoints trained with: in the
 # key only when set otherwise, so older checkpoints resume as they were.
-LATER_RESUME_KEYS = {"dynamics_weight_decay": None, "a_activation": "heavy_tail"}
+LATER_RESUME_KEYS = {"dynamics_weight_decay": None, "a_activation": "heavy_tail", "outproj_norm": False}
 
 
 def train_run(args) -> dict | None:
@@ -542,6 +543,9 @@ def add_train_args(p: argparse.ArgumentParser, task_default_layers: bool = True)
     p.add_argument("--a-activation", default="heavy_tail", choices=sorted(A_ACTIVATIONS),
                    help="A = −activation(dd_A): heavy_tail (the official module's, default) or softplus (its "
                         "earlier form, which reaches slow forgetting at far smaller |dd_A|)")
+    p.add_argument("--outproj-norm", action="store_true",
+                   help="Mamba3(is_outproj_norm=True): a headwise RMSNorm of each head's output before the silu(z) "
+                        "gate (the paper: helps hybrids' length generalisation)")
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--weight-decay", type=float, default=0.1)
     p.add_argument("--dynamics-weight-decay", type=float, default=None,

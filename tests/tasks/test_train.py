@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from mamba3.tasks import train
+from mamba3.tasks import data, train
 
 
 def test_curriculum_and_schedule():
@@ -95,6 +95,31 @@ def test_a_activation_reaches_every_layer_and_the_checkpoint(tmp_path):
     model = train.load_checkpoint(out / "checkpoint_best.pt")
     layers = [m for m in model.modules() if isinstance(m, train.Mamba3)]
     assert len(layers) == 2 and all(m.a_activation == "softplus" for m in layers)
+
+
+@pytest.mark.parametrize("variant", ["mamba3", "mimo"])
+def test_outproj_norm_reaches_every_layer_and_the_checkpoint(tmp_path, variant):
+    """--outproj-norm builds every Mamba3 layer with the headwise norm before the gate (SISO: in PyTorch, MIMO: in
+    the operator), the checkpoint rebuilds them so, and a paused run does not resume without it."""
+    out = tmp_path / variant
+    args = RESUME_ARGS + ["--layers", "2", "--model", variant, "--out", str(out)]
+    assert train.main(args + ["--outproj-norm", "--stop-after", "0"]) == 0
+    with pytest.raises(ValueError, match="outproj_norm"):
+        train.main(args + ["--resume"])
+    assert train.main(args + ["--outproj-norm", "--resume"]) == 0
+    model = train.load_checkpoint(out / "checkpoint_best.pt")
+    layers = [m for m in model.modules() if isinstance(m, train.Mamba3)]
+    assert len(layers) == 2 and all(m.is_outproj_norm and m.norm.weight.shape == (m.d_inner,) for m in layers)
+    # the norm divides each head's output by its RMS, so scaling one head's x rows (the output is linear in them)
+    # leaves the model's logits unchanged
+    tokens = torch.randint(0, data.VOCAB_SIZE, (3, 12), generator=torch.Generator().manual_seed(0))
+    query = torch.tensor([11, 7, 9])
+    before = model(tokens, query)
+    layer = layers[1]
+    rows = layer.in_proj_slices()["x"]
+    with torch.no_grad():
+        layer.in_proj.weight[rows.start:rows.start + layer.headdim] *= 5.0
+    torch.testing.assert_close(model(tokens, query), before, rtol=1e-4, atol=1e-5)
 
 
 def test_cli_end_to_end_writes_json_and_checkpoints(tmp_path, capsys):
@@ -249,8 +274,6 @@ def test_eval_by_depth_splits_the_test_sets(tmp_path, capsys):
 def test_pooled_evaluation_over_mixed_lengths(tmp_path, capsys):
     """Grazzi et al.'s protocol: one accuracy over strings of lengths uniform in [lo, hi], evaluated in padded
     slices of mixed lengths; it must equal the strings evaluated one by one, unpadded."""
-    from mamba3.tasks import data
-
     ckpt = _parity_checkpoint(tmp_path)
     model = train.load_checkpoint(ckpt)
     ts = train.pooled_set("parity", 40, 5, 24, False)
