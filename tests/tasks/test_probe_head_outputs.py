@@ -23,13 +23,13 @@ def test_head_outputs_follow_their_weights(tmp_path, capsys, script):
     before = tool.head_output_rms(model, "parity", 20, n=6)
     assert [r.shape for r in before] == [(mixer(b).nheads,) for b in model.layers]
     assert all(bool((r > 0).all()) for r in before)
-    # in_proj's rows: z, then x (d_inner each). Head 1's output is linear in its x rows (the scan and D·x are),
-    # and silu(z) = 0 where z = 0: scaling one head's x rows scales its output alone, zeroing its z rows silences it.
+    # A head's output is linear in its x rows of in_proj (the scan and D·x are), and silu(z) = 0 where z = 0:
+    # scaling head 1's x rows scales its output alone, zeroing head 2's z rows silences head 2.
     layer = mixer(model.layers[1])
-    P, d_inner = layer.headdim, layer.d_inner
+    P, rows = layer.headdim, layer.in_proj_slices()
     with torch.no_grad():
-        layer.in_proj.weight[d_inner + P:d_inner + 2 * P] *= 3.0
-        layer.in_proj.weight[2 * P:3 * P] = 0.0
+        layer.in_proj.weight[rows["x"].start + P:rows["x"].start + 2 * P] *= 3.0
+        layer.in_proj.weight[rows["z"].start + 2 * P:rows["z"].start + 3 * P] = 0.0
     after = tool.head_output_rms(model, "parity", 20, n=6)
     torch.testing.assert_close(after[0], before[0])
     expected = before[1].clone()
