@@ -1,16 +1,22 @@
 """Per-head output size of a trained state-tracking checkpoint at the answer, across lengths: which heads leave the
 range they had on the training lengths.
 
-    python scripts/probe_head_outputs.py CHECKPOINT [--lengths 64,160,256,320] [--n 64]
+    python scripts/probe_head_outputs.py CHECKPOINT [--lengths 64,160,256,320] [--n 64] [--rescale-last-to 160]
 
 Runs the model (CPU, reference backend) on n strings of the run's task per length and reports, per layer and head,
 the root mean square at the answer position ("=") of that head's gated output, i.e. its columns of the layer's
 out_proj input. A head whose output keeps growing with the length (a running count that does not decay) feeds
 the layers above values they never saw in training; scripts/probe_decay.py says which heads do not decay.
+
+With --rescale-last-to L it also tests whether that drift is what costs accuracy: the scaled test accuracy per
+length (`train eval`'s test sets, 512 strings) as the model is and with the last layer's heads rescaled at the
+answer, one factor per head and evaluation batch (256 strings of one length), to the size they have at length L.
+A diagnostic, not a method: the factor uses the batch's statistics (no labels).
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 from pathlib import Path
 
@@ -19,14 +25,14 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from mamba3.tasks.train import load_checkpoint  # noqa: E402
+from mamba3.tasks.train import accuracy_at_lengths, load_checkpoint  # noqa: E402
 from probe_decay import forward_on_strings  # noqa: E402
 
 
 def head_output_rms(model, task: str, length: int, n: int, seed: int = 1) -> list[torch.Tensor]:
     """Per layer: the RMS over n strings of ``task`` at ``length`` (and over the head's channels) of each head's
     gated output at the answer position, (H,) float64."""
-    mixers = [next(m for m in block.modules() if hasattr(m, "_project")) for block in model.layers]
+    mixers = mixers_of(model)
     seen = {}
     hooks = [m.out_proj.register_forward_hook(lambda mod, args, out, i=i: seen.__setitem__(i, args[0].detach()))
              for i, m in enumerate(mixers)]
@@ -40,14 +46,47 @@ def head_output_rms(model, task: str, length: int, n: int, seed: int = 1) -> lis
             for i, m in enumerate(mixers)]
 
 
+def mixers_of(model) -> list:
+    return [next(m for m in block.modules() if hasattr(m, "_project")) for block in model.layers]
+
+
+@contextlib.contextmanager
+def last_layer_rescaled(model, target_rms: torch.Tensor):
+    """Within: every forward of ``model`` (padded batches, answer positions ``query``) scales each head of the last
+    layer's gated output at the answer so that its RMS over the batch is ``target_rms`` (H,)."""
+    last = mixers_of(model)[-1]
+    answer = {}
+
+    def remember_query(mod, args):
+        answer["query"] = args[1]
+
+    def rescale(mod, args):
+        y = args[0]
+        rows = torch.arange(y.shape[0], device=y.device)
+        at = y[rows, answer["query"]].reshape(y.shape[0], last.nheads, -1)
+        factor = target_rms.to(y) / at.pow(2).mean((0, 2)).sqrt()
+        y = y.clone()
+        y[rows, answer["query"]] = (at * factor[:, None]).reshape(y.shape[0], -1)
+        return (y,)
+
+    hooks = [model.register_forward_pre_hook(remember_query), last.out_proj.register_forward_pre_hook(rescale)]
+    try:
+        yield
+    finally:
+        for h in hooks:
+            h.remove()
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser()
     ap.add_argument("checkpoint")
     ap.add_argument("--lengths", default="64,160,256,320")
     ap.add_argument("--n", type=int, default=64)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--rescale-last-to", type=int, default=None, metavar="L")
     a = ap.parse_args(argv)
-    task = torch.load(a.checkpoint, map_location="cpu", weights_only=True)["task"]
+    ck = torch.load(a.checkpoint, map_location="cpu", weights_only=True)
+    task, mult = ck["task"], bool(ck["args"].get("mult", False))
     model = load_checkpoint(a.checkpoint)
     lengths = [int(s) for s in a.lengths.split(",")]
     per_length = [head_output_rms(model, task, L, a.n, a.seed) for L in lengths]
@@ -57,6 +96,17 @@ def main(argv=None):
     for i, first in enumerate(per_length[0]):
         for h in range(first.numel()):
             print(f"| {i} | {h} | " + " | ".join(f"{rms[i][h]:.2f}" for rms in per_length) + " |")
+    if a.rescale_last_to is not None:
+        target = head_output_rms(model, task, a.rescale_last_to, a.n, a.seed)[-1]
+        plain = accuracy_at_lengths(model, task, lengths, 512, mult, "cpu")
+        with last_layer_rescaled(model, target):
+            rescaled = accuracy_at_lengths(model, task, lengths, 512, mult, "cpu")
+        print(f"\nScaled test accuracy (%), 512 strings per length; rescaled: the last layer's heads at the answer "
+              f"scaled per evaluation batch to their size at length {a.rescale_last_to}")
+        print("| | " + " | ".join(f"length {L}" for L in lengths) + " |")
+        print("|---" * (1 + len(lengths)) + "|")
+        for name, res in (("as trained", plain), ("rescaled", rescaled)):
+            print(f"| {name} | " + " | ".join(f"{100 * res[str(L)]['scaled']:.2f}" for L in lengths) + " |")
     return 0
 
 

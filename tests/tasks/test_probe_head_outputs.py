@@ -43,3 +43,32 @@ def test_head_outputs_follow_their_weights(tmp_path, capsys, script):
     assert out.startswith("parity, 4 strings per length")
     assert "| layer | head | length 12 | length 20 |" in out
     assert len(re.findall(r"^\| \d \| \d \| [\d.]+ \| [\d.]+ \|$", out, re.M)) == sum(r.numel() for r in before)
+
+
+def test_last_layer_rescaled(tmp_path, capsys, script):
+    """Rescaling to the batch's own per-head size changes nothing; after it, a head's own scale no longer matters."""
+    tool = script("probe_head_outputs")
+    model = tiny_model()
+    batch = tool.forward_on_strings(model, "parity", 20, 6)
+    own = tool.head_output_rms(model, "parity", 20, n=6)[-1]
+    with torch.no_grad():
+        plain = model(batch.tokens, batch.query)
+        with tool.last_layer_rescaled(model, own):
+            same = model(batch.tokens, batch.query)
+        torch.testing.assert_close(same, plain)
+        target = torch.linspace(0.5, 2.0, own.numel(), dtype=torch.float64)
+        with tool.last_layer_rescaled(model, target):
+            rescaled = model(batch.tokens, batch.query)
+        assert not torch.allclose(rescaled, plain)
+        layer = mixer(model.layers[-1])
+        x = layer.in_proj_slices()["x"]
+        layer.in_proj.weight[x.start:x.start + layer.headdim] *= 3.0
+        assert not torch.allclose(model(batch.tokens, batch.query), plain)
+        with tool.last_layer_rescaled(model, target):
+            torch.testing.assert_close(model(batch.tokens, batch.query), rescaled)
+    ck = tmp_path / "checkpoint_best.pt"
+    torch.save(dict(model=model.state_dict(), config=model.config, step=0, task="parity", args={}), ck)
+    assert tool.main([str(ck), "--lengths", "8,12", "--n", "4", "--rescale-last-to", "8"]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"^\| as trained \| -?[\d.]+ \| -?[\d.]+ \|$", out, re.M)
+    assert re.search(r"^\| rescaled \| -?[\d.]+ \| -?[\d.]+ \|$", out, re.M)
