@@ -29,6 +29,11 @@ from mamba3.tasks.train import accuracy_at_lengths, load_checkpoint  # noqa: E40
 from probe_decay import forward_on_strings  # noqa: E402
 
 
+def mixers_of(model) -> list:
+    """The Mamba3 layer of each block, bottom to top."""
+    return [next(m for m in block.modules() if hasattr(m, "_project")) for block in model.layers]
+
+
 def head_output_rms(model, task: str, length: int, n: int, seed: int = 1) -> list[torch.Tensor]:
     """Per layer: the RMS over n strings of ``task`` at ``length`` (and over the head's channels) of each head's
     gated output at the answer position, (H,) float64."""
@@ -44,10 +49,6 @@ def head_output_rms(model, task: str, length: int, n: int, seed: int = 1) -> lis
     rows = torch.arange(n)
     return [seen[i][rows, batch.query].double().reshape(n, m.nheads, -1).pow(2).mean((0, 2)).sqrt()
             for i, m in enumerate(mixers)]
-
-
-def mixers_of(model) -> list:
-    return [next(m for m in block.modules() if hasattr(m, "_project")) for block in model.layers]
 
 
 @contextlib.contextmanager
