@@ -42,7 +42,7 @@ def decay_stats(model, task: str, length: int, n: int, seed: int = 1) -> list[di
     seen = {}
     saved = []
     for i, block in enumerate(model.layers):
-        layer = next(m for m in block.modules() if hasattr(m, "_project"))
+        layer = block.mixer
         project = layer._project
 
         def record(u, project=project, i=i):

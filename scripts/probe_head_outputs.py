@@ -29,15 +29,10 @@ from mamba3.tasks.train import accuracy_at_lengths, load_checkpoint  # noqa: E40
 from probe_decay import forward_on_strings  # noqa: E402
 
 
-def mixers_of(model) -> list:
-    """The Mamba3 layer of each block, bottom to top."""
-    return [next(m for m in block.modules() if hasattr(m, "_project")) for block in model.layers]
-
-
 def head_output_rms(model, task: str, length: int, n: int, seed: int = 1) -> list[torch.Tensor]:
     """Per layer: the RMS over n strings of ``task`` at ``length`` (and over the head's channels) of each head's
     gated output at the answer position, (H,) float64."""
-    mixers = mixers_of(model)
+    mixers = [block.mixer for block in model.layers]
     seen = {}
     hooks = [m.out_proj.register_forward_hook(lambda mod, args, out, i=i: seen.__setitem__(i, args[0].detach()))
              for i, m in enumerate(mixers)]
@@ -55,7 +50,7 @@ def head_output_rms(model, task: str, length: int, n: int, seed: int = 1) -> lis
 def last_layer_rescaled(model, target_rms: torch.Tensor):
     """Within: every forward of ``model`` (padded batches, answer positions ``query``) scales each head of the last
     layer's gated output at the answer so that its RMS over the batch is ``target_rms`` (H,)."""
-    last = mixers_of(model)[-1]
+    last = model.layers[-1].mixer
     answer = {}
 
     def remember_query(mod, args):

@@ -15,7 +15,7 @@ def constant_decay_model():
     model = TaskModel(data.VOCAB_SIZE, data.NUM_CLASSES["parity"], d_model=16, n_layers=2, d_state=16, headdim=8,
                       mlp_ratio=0.0)
     for block in model.layers:
-        layer = next(m for m in block.modules() if hasattr(m, "_project"))
+        layer = block.mixer
         start = 2 * layer.d_inner + 2 * layer.d_state * layer.ngroups * layer.mimo_rank
         with torch.no_grad():
             layer.in_proj.weight[start:start + 2 * layer.nheads] = 0.0     # dd_dt, then dd_A
@@ -29,7 +29,7 @@ def test_decay_of_a_known_model(tmp_path, capsys, script):
     stats = tool.decay_stats(model, "parity", L, n=4)
     assert len(stats) == 2
     for block, s in zip(model.layers, stats):
-        layer = next(m for m in block.modules() if hasattr(m, "_project"))
+        layer = block.mixer
         adt = -F.softplus(layer.dt_bias.detach().double())
         torch.testing.assert_close(s["mean_adt"], adt)
         torch.testing.assert_close(s["median_A"], -torch.ones_like(adt))

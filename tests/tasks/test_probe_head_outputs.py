@@ -13,19 +13,15 @@ def tiny_model():
                      mlp_ratio=0.0)
 
 
-def mixer(block):
-    return next(m for m in block.modules() if hasattr(m, "_project"))
-
-
 def test_head_outputs_follow_their_weights(tmp_path, capsys, script):
     tool = script("probe_head_outputs")
     model = tiny_model()
     before = tool.head_output_rms(model, "parity", 20, n=6)
-    assert [r.shape for r in before] == [(mixer(b).nheads,) for b in model.layers]
+    assert [r.shape for r in before] == [(b.mixer.nheads,) for b in model.layers]
     assert all(bool((r > 0).all()) for r in before)
     # A head's output is linear in its x rows of in_proj (the scan and D·x are), and silu(z) = 0 where z = 0:
     # scaling head 1's x rows scales its output alone, zeroing head 2's z rows silences head 2.
-    layer = mixer(model.layers[1])
+    layer = model.layers[1].mixer
     P, rows = layer.headdim, layer.in_proj_slices()
     with torch.no_grad():
         layer.in_proj.weight[rows["x"].start + P:rows["x"].start + 2 * P] *= 3.0
@@ -60,7 +56,7 @@ def test_last_layer_rescaled(tmp_path, capsys, script):
         with tool.last_layer_rescaled(model, target):
             rescaled = model(batch.tokens, batch.query)
         assert not torch.allclose(rescaled, plain)
-        layer = mixer(model.layers[-1])
+        layer = model.layers[-1].mixer
         x = layer.in_proj_slices()["x"]
         layer.in_proj.weight[x.start:x.start + layer.headdim] *= 3.0
         assert not torch.allclose(model(batch.tokens, batch.query), plain)
