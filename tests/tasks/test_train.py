@@ -83,33 +83,33 @@ def test_paused_and_resumed_run_equals_the_uninterrupted_run(tmp_path):
         train.main(RESUME_ARGS + ["--out", str(tmp_path / "other"), "--resume", "--lr", "2e-2"])
 
 
+def model_of_a_run_resumed_only_with(out, option: list[str], key: str, variant: str = "mamba3"):
+    """A two-layer run started with ``option`` and paused; resuming it without the option is refused (``key`` is
+    in its resume key), with it accepted. The model of the checkpoint it wrote."""
+    args = RESUME_ARGS + ["--layers", "2", "--model", variant, "--out", str(out)]
+    assert train.main(args + option + ["--stop-after", "0"]) == 0
+    with pytest.raises(ValueError, match=key):
+        train.main(args + ["--resume"])
+    assert train.main(args + option + ["--resume"]) == 0
+    model = train.load_checkpoint(out / "checkpoint_best.pt")
+    assert len(model.layers) == 2
+    return model
+
+
 def test_a_activation_reaches_every_layer_and_the_checkpoint(tmp_path):
     """--a-activation softplus builds every Mamba3 layer with it, the checkpoint rebuilds them so, and a paused
     run does not resume under the other activation."""
-    out = tmp_path / "softplus"
-    args = RESUME_ARGS + ["--layers", "2", "--out", str(out)]
-    assert train.main(args + ["--a-activation", "softplus", "--stop-after", "0"]) == 0
-    with pytest.raises(ValueError, match="a_activation"):
-        train.main(args + ["--resume"])
-    assert train.main(args + ["--a-activation", "softplus", "--resume"]) == 0
-    model = train.load_checkpoint(out / "checkpoint_best.pt")
-    layers = [m for m in model.modules() if isinstance(m, train.Mamba3)]
-    assert len(layers) == 2 and all(m.a_activation == "softplus" for m in layers)
+    model = model_of_a_run_resumed_only_with(tmp_path / "softplus", ["--a-activation", "softplus"], "a_activation")
+    assert all(block.mixer.a_activation == "softplus" for block in model.layers)
 
 
 @pytest.mark.parametrize("variant", ["mamba3", "mimo"])
 def test_outproj_norm_reaches_every_layer_and_the_checkpoint(tmp_path, variant):
     """--outproj-norm builds every Mamba3 layer with the headwise norm before the gate (SISO: in PyTorch, MIMO: in
     the operator), the checkpoint rebuilds them so, and a paused run does not resume without it."""
-    out = tmp_path / variant
-    args = RESUME_ARGS + ["--layers", "2", "--model", variant, "--out", str(out)]
-    assert train.main(args + ["--outproj-norm", "--stop-after", "0"]) == 0
-    with pytest.raises(ValueError, match="outproj_norm"):
-        train.main(args + ["--resume"])
-    assert train.main(args + ["--outproj-norm", "--resume"]) == 0
-    model = train.load_checkpoint(out / "checkpoint_best.pt")
-    layers = [m for m in model.modules() if isinstance(m, train.Mamba3)]
-    assert len(layers) == 2 and all(m.is_outproj_norm and m.norm.weight.shape == (m.d_inner,) for m in layers)
+    model = model_of_a_run_resumed_only_with(tmp_path / variant, ["--outproj-norm"], "outproj_norm", variant)
+    layers = [block.mixer for block in model.layers]
+    assert all(m.is_outproj_norm and m.norm.weight.shape == (m.d_inner,) for m in layers)
     # the norm divides each head's output by its RMS, so scaling one head's x rows (the output is linear in them)
     # leaves the model's logits unchanged
     tokens = torch.randint(0, data.VOCAB_SIZE, (3, 12), generator=torch.Generator().manual_seed(0))
