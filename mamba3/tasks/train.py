@@ -25,6 +25,7 @@ whose running training loss is not finite at a validation stops there and is rep
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import math
 import os
@@ -234,6 +235,24 @@ def decay_in_proj_rows(opt: torch.optim.Optimizer, layers, weight_decay: float, 
     opt.register_step_pre_hook(before_step)
 
 
+class WeightAverage:
+    """An exponential moving average of a model's parameters (Polyak averaging), updated after every optimizer step:
+    avg ← decay·avg + (1 − decay)·params, starting from the initial weights (whose share after n steps is decayⁿ).
+    ``model`` is a copy holding the averaged weights, evaluated and saved like the trained one; TaskModel has no
+    buffers, so there is nothing else to average."""
+
+    def __init__(self, model: torch.nn.Module, decay: float):
+        if not 0.0 <= decay <= 1.0:
+            raise ValueError(f"the weight average's decay must be in [0, 1], got {decay}")
+        self.decay = decay
+        self.model = copy.deepcopy(model).requires_grad_(False)
+        self._avg = list(self.model.parameters())
+
+    @torch.no_grad()
+    def update(self, model: torch.nn.Module):
+        torch._foreach_lerp_(self._avg, [p.detach() for p in model.parameters()], 1.0 - self.decay)
+
+
 def warmup_steps(args) -> int:
     return args.warmup if args.warmup is not None else max(1, min(500, args.steps // 20))
 
@@ -270,7 +289,13 @@ RESUME_KEYS = ("task", "model", "d_model", "layers", "d_state", "expand", "headd
                "max_len", "stages", "eval_len", "n_val", "eval_batch", "mult", "seed")
 # Options added after checkpoints were first written, each with the value those checkpoints trained with: in the
 # key only when set otherwise, so older checkpoints resume as they were.
-LATER_RESUME_KEYS = {"dynamics_weight_decay": None, "a_activation": "heavy_tail", "outproj_norm": False}
+LATER_RESUME_KEYS = {"dynamics_weight_decay": None, "a_activation": "heavy_tail", "outproj_norm": False,
+                     "ema": None}
+
+
+def is_better(val_acc: float, val_loss: float, best: dict) -> bool:
+    """The selection rule: higher validation accuracy, then lower validation loss; never a non-finite loss."""
+    return (val_acc, -val_loss) > (best["val_acc"], -best["val_loss"]) and math.isfinite(val_loss)
 
 
 def train_run(args) -> dict | None:
@@ -293,9 +318,13 @@ def train_run(args) -> dict | None:
     warmup = warmup_steps(args)
     eval_every = args.eval_every or max(1, args.steps // 20)
     val = data.fixed_set(task, args.n_val, args.eval_len, VAL_SEED, args.mult)
-    history, best = [], {"val_acc": -1.0, "val_loss": float("inf"), "step": 0}
+    history, best = [], {"val_acc": -1.0, "val_loss": float("inf"), "step": 0}  # (replaced, never changed)
     ckpt_best, ckpt_last = out / "checkpoint_best.pt", out / "checkpoint_last.pt"
     ckpt_resume = out / "checkpoint_resume.pt"
+    # --ema: the weight average is validated beside the trained weights, with its own best checkpoint and test
+    avg = None if args.ema is None else WeightAverage(model, args.ema)
+    best_avg = best
+    ckpt_best_avg = out / "checkpoint_best_ema.pt"
     run_key = {k: getattr(args, k) for k in RESUME_KEYS}
     run_key |= {k: getattr(args, k) for k, old in LATER_RESUME_KEYS.items() if getattr(args, k) != old}
     first_step, trained_s = 0, 0.0
@@ -311,18 +340,22 @@ def train_run(args) -> dict | None:
         model.load_state_dict(ck["model"])
         opt.load_state_dict(ck["optimizer"])
         first_step, trained_s, history, best = ck["step"], ck["trained_s"], ck["history"], ck["best"]
+        if avg is not None:  # (ema is in the resume key: a checkpoint written with it holds the average)
+            avg.model.load_state_dict(ck["ema_model"])
+            best_avg = ck["best_ema"]
         run_loss, run_acc = ck["run_loss"], ck["run_acc"]
         if not args.quiet:
             print(f"resuming {out} at step {first_step}", file=sys.stderr, flush=True)
 
-    def save(path, step):
-        torch.save({"model": model.state_dict(), "config": model.config, "step": step, "task": task,
+    def save(path, step, weights=model):
+        torch.save({"model": weights.state_dict(), "config": model.config, "step": step, "task": task,
                     "args": vars(args)}, path)
 
     def save_resume(step):
+        extra = {} if avg is None else {"ema_model": avg.model.state_dict(), "best_ema": best_avg}
         torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(), "step": step,
                     "trained_s": trained_s + time.time() - t0, "history": history, "best": best,
-                    "run_loss": run_loss, "run_acc": run_acc, "run_key": run_key}, ckpt_resume)
+                    "run_loss": run_loss, "run_acc": run_acc, "run_key": run_key} | extra, ckpt_resume)
 
     label = f"{task}/{args.model} d{args.d_model} lr{args.lr:.2e}"
     bar = Progress(args.steps, label, enabled=not args.quiet)
@@ -343,6 +376,8 @@ def train_run(args) -> dict | None:
         loss.backward()
         gnorm = torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip)
         opt.step()
+        if avg is not None:
+            avg.update(model)
         # running loss/accuracy stay on the device (no host synchronisation per step, so the host queues the next
         # step while the device runs this one); read at evaluations and every 25 steps for the progress bar
         li, ai = loss.detach(), (logits.detach().argmax(-1) == batch.target).float().mean()
@@ -355,8 +390,15 @@ def train_run(args) -> dict | None:
                    "train_loss": float(run_loss), "train_acc": float(run_acc), "grad_norm": float(gnorm),
                    "val_acc": va, "val_loss": vl, "val_scaled": data.scaled_accuracy(va, task),
                    "time_s": time.time() - t0}
+            if avg is not None:
+                va_avg, vl_avg = evaluate(avg.model, val, device, args.eval_batch)
+                rec |= {"val_acc_ema": va_avg, "val_loss_ema": vl_avg,
+                        "val_scaled_ema": data.scaled_accuracy(va_avg, task)}
+                if is_better(va_avg, vl_avg, best_avg):
+                    best_avg = {"val_acc": va_avg, "val_loss": vl_avg, "step": done}
+                    save(ckpt_best_avg, done, avg.model)
             history.append(rec)
-            if (va, -vl) > (best["val_acc"], -best["val_loss"]) and math.isfinite(vl):
+            if is_better(va, vl, best):
                 best = {"val_acc": va, "val_loss": vl, "step": done}
                 save(ckpt_best, done)
             if not math.isfinite(rec["train_loss"]):
@@ -380,23 +422,30 @@ def train_run(args) -> dict | None:
     train_time = trained_s + time.time() - t0
     save(ckpt_last, done)
     ckpt_resume.unlink(missing_ok=True)
-    if best["step"] and ckpt_best.exists():  # (a checkpoint_best.pt of an earlier run in --out is not this run's)
-        model.load_state_dict(torch.load(ckpt_best, map_location=device, weights_only=True)["model"])
-    test = accuracy_at_lengths(model, task, args.test_lens + [args.eval_len], args.n_test, args.mult, device,
-                               args.eval_batch)
-    # the other reading of "evaluated at 256 length" (Grazzi et al.'s protocol): one accuracy over lengths uniform in
-    # [the curriculum's first maximum, eval_len] ([40, 256] for the paper's settings)
-    lo = min(start, args.eval_len)
-    pooled = pooled_results(model, task, lo, args.eval_len, args.n_test, args.mult, device, args.eval_batch)
+
+    def selected(weights, best_of: dict, path: Path) -> dict:
+        """The validation-selected checkpoint ``path`` (the weights as they are if it is not this run's: a
+        checkpoint of an earlier run in --out, or none) loaded into ``weights`` and tested on fresh strings."""
+        if best_of["step"] and path.exists():
+            weights.load_state_dict(torch.load(path, map_location=device, weights_only=True)["model"])
+        test = accuracy_at_lengths(weights, task, args.test_lens + [args.eval_len], args.n_test, args.mult, device,
+                                   args.eval_batch)
+        # the other reading of "evaluated at 256 length" (Grazzi et al.'s protocol): one accuracy over lengths
+        # uniform in [the curriculum's first maximum, eval_len] ([40, 256] for the paper's settings)
+        lo = min(start, args.eval_len)
+        pooled = pooled_results(weights, task, lo, args.eval_len, args.n_test, args.mult, device, args.eval_batch)
+        return {"best_step": best_of["step"], "best_val_acc": best_of["val_acc"],
+                "best_val_scaled": data.scaled_accuracy(best_of["val_acc"], task) if best_of["step"] else None,
+                "test_scaled_at_eval_len": test[str(args.eval_len)]["scaled"], "test": test, "test_pooled": pooled}
+
     res = {
         "task": task, "model": args.model, "d_model": args.d_model, "layers": args.layers, "lr": args.lr,
         "seed": args.seed, "steps": args.steps, "steps_trained": done, "diverged_at_step": diverged_at,
         "batch": args.batch, "params": nparams,
         "eval_len": args.eval_len, "chance": data.chance(task),
-        "best_step": best["step"], "best_val_acc": best["val_acc"],
-        "best_val_scaled": data.scaled_accuracy(best["val_acc"], task) if best["step"] else None,
-        "test_scaled_at_eval_len": test[str(args.eval_len)]["scaled"],
-        "test": test, "test_pooled": pooled, "history": history, "train_time_s": train_time,
+        **selected(model, best, ckpt_best),
+        **({} if avg is None else {"ema": {"decay": args.ema, **selected(avg.model, best_avg, ckpt_best_avg)}}),
+        "history": history, "train_time_s": train_time,
         "wall_time_s": trained_s + time.time() - t0,
         "args": vars(args), "model_config": model.config, "versions": versions(), "machine": machine(device),
         "command": " ".join(["python -m mamba3 train", task] + getattr(args, "_argv", [])),
@@ -552,6 +601,10 @@ def add_train_args(p: argparse.ArgumentParser, task_default_layers: bool = True)
                    help="weight decay on the in_proj rows that produce Δ and A (dd_dt, dd_A); default: --weight-decay")
     p.add_argument("--warmup", type=int, default=None, help="warm-up steps (default min(500, steps/20))")
     p.add_argument("--clip", type=float, default=1.0)
+    p.add_argument("--ema", type=float, default=None, metavar="DECAY",
+                   help="also validate an exponential moving average of the weights (avg ← DECAY·avg + (1 − "
+                        "DECAY)·weights after every step), keep its best checkpoint (checkpoint_best_ema.pt) and test "
+                        "it (results.json 'ema'); the trained weights are selected and tested as without it")
     p.add_argument("--steps", type=int, default=10_000)
     p.add_argument("--batch", type=int, default=256)
     p.add_argument("--min-len", type=int, default=3)
@@ -764,8 +817,21 @@ def _origin(r: dict) -> str:
 
 
 def _row_key(r: dict) -> tuple:
-    """A summary row: (task, model, tag), tag = the sweep variant's name (None for runs without one)."""
-    return r["task"], r["model"], r.get("args", {}).get("tag")
+    """A summary row: (task, model, tag), tag = the sweep variant's name (None for runs without one), '+ema' added
+    for the weight averages of :func:`_with_averages`."""
+    tag = "+".join(x for x in (r.get("args", {}).get("tag"), r.get("weights")) if x)
+    return r["task"], r["model"], tag or None
+
+
+def _with_averages(runs: list[dict]) -> list[dict]:
+    """The runs, and after each one trained with --ema its weight average as a run of its own (its selection and
+    tests; tag '+ema'), so that a summary selects among averages by validation as it does among runs."""
+    out = []
+    for r in runs:
+        out.append(r)
+        if r.get("ema"):
+            out.append(r | r["ema"] | {"weights": "ema"})
+    return out
 
 
 def _tag_label(r: dict) -> str:
@@ -775,8 +841,9 @@ def _tag_label(r: dict) -> str:
 
 def summarize(root: Path) -> str:
     """Collect every results.json under root: per (task, model, variant) the run with the best validation accuracy
-    (the paper's selection rule) → summary.json / summary.md in root; returns the markdown."""
-    runs = [json.loads(p.read_text()) for p in sorted(Path(root).rglob("results.json"))]
+    (the paper's selection rule; the weight averages of runs trained with --ema as rows of their own) →
+    summary.json / summary.md in root; returns the markdown."""
+    runs = _with_averages([json.loads(p.read_text()) for p in sorted(Path(root).rglob("results.json"))])
     best: dict = {}
     for r in runs:
         key = _row_key(r)
@@ -804,6 +871,9 @@ def summarize(root: Path) -> str:
     lines += ["", "Scaled accuracy = (accuracy − chance) / (1 − chance), %; each (task, model [variant]) row is "
               "its run with the best validation accuracy (test: fresh strings, same checkpoint; pooled: one accuracy "
               "over strings of lengths uniform in [first curriculum maximum, eval length], Grazzi et al.'s protocol)."]
+    if any(r.get("weights") == "ema" for r in runs):
+        lines += ["Rows tagged +ema: the runs' exponential moving averages of the weights (--ema), selected and "
+                  "tested the same way."]
     lines += [f"Ran on: {o}" for o in sorted({_origin(r) for r in best.values()}) if o]
     md = "\n".join(lines)
     if runs:

@@ -53,17 +53,22 @@ RESUME_ARGS = ["parity", "--d-model", "16", "--d-state", "16", "--headdim", "8",
                "--n-val", "32", "--n-test", "16", "--test-lens", "6", "--device", "cpu", "--quiet"]
 
 
+def run_paused_after_every_step(args: list[str], out) -> int:
+    """Train with --stop-after 0 (a pause after every step, checkpoint_resume.pt) and --resume until the run has
+    finished; the number of segments."""
+    segments = 0
+    while not (out / "results.json").exists():
+        assert train.main(args + ["--out", str(out), "--stop-after", "0", "--resume"]) == 0
+        segments += 1
+        assert (out / "checkpoint_resume.pt").exists() != (out / "results.json").exists()
+    return segments
+
+
 def test_paused_and_resumed_run_equals_the_uninterrupted_run(tmp_path):
     """--stop-after 0 pauses after every step (checkpoint_resume.pt); resuming 7 times gives the same training
     history, best checkpoint and test results as one uninterrupted run."""
     assert train.main(RESUME_ARGS + ["--out", str(tmp_path / "straight")]) == 0
-    out = tmp_path / "paused"
-    segments = 0
-    while not (out / "results.json").exists():
-        assert train.main(RESUME_ARGS + ["--out", str(out), "--stop-after", "0", "--resume"]) == 0
-        segments += 1
-        assert (out / "checkpoint_resume.pt").exists() != (out / "results.json").exists()
-    assert segments == 7
+    assert run_paused_after_every_step(RESUME_ARGS, tmp_path / "paused") == 7
     a, b = (json.loads((tmp_path / d / "results.json").read_text()) for d in ("straight", "paused"))
     keys = ("step", "max_len", "lr", "train_loss", "train_acc", "grad_norm", "val_acc", "val_loss")
     assert [{k: h[k] for k in keys} for h in a["history"]] == [{k: h[k] for k in keys} for h in b["history"]]
@@ -120,6 +125,58 @@ def test_outproj_norm_reaches_every_layer_and_the_checkpoint(tmp_path, variant):
     with torch.no_grad():
         layer.in_proj.weight[rows.start:rows.start + layer.headdim] *= 5.0
     torch.testing.assert_close(model(tokens, query), before, rtol=1e-4, atol=1e-5)
+
+
+def test_weight_average_update():
+    model = torch.nn.Linear(3, 2)
+    start = [p.detach().clone() for p in model.parameters()]
+    halves = {decay: train.WeightAverage(model, decay) for decay in (0.0, 0.75, 1.0)}
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(1.0)
+    for avg in halves.values():
+        avg.update(model)
+    for p0, p, a0, a75, a1 in zip(start, model.parameters(), *(h.model.parameters() for h in halves.values())):
+        assert torch.equal(a0, p) and torch.equal(a1, p0)
+        torch.testing.assert_close(a75, 0.75 * p0 + 0.25 * p, rtol=0, atol=1e-7)
+        assert not a75.requires_grad
+    with pytest.raises(ValueError, match="decay"):
+        train.WeightAverage(model, 1.5)
+
+
+def test_ema_is_validated_selected_and_tested_beside_the_trained_weights(tmp_path):
+    """--ema 0: the average is the trained weights (same validations, selection and tests); --ema 1: it stays at the
+    initial weights (one validation result throughout); the trained weights' selection does not depend on --ema;
+    a paused run with the average resumes as the uninterrupted one, and not without --ema."""
+    res = {}
+    for decay in ("0", "1", "0.5"):
+        assert train.main(RESUME_ARGS + ["--out", str(tmp_path / decay), "--ema", decay]) == 0
+        res[decay] = json.loads((tmp_path / decay / "results.json").read_text())
+    same, frozen, half = res["0"], res["1"], res["0.5"]
+    assert [h["val_loss_ema"] for h in same["history"]] == [h["val_loss"] for h in same["history"]]
+    assert {k: same["ema"][k] for k in ("best_step", "best_val_acc", "test", "test_pooled")} == {
+        k: same[k] for k in ("best_step", "best_val_acc", "test", "test_pooled")}
+    assert len({h["val_loss_ema"] for h in frozen["history"]}) == 1
+    assert frozen["ema"]["best_step"] == 2  # the first validation; later ones tie
+    torch.manual_seed(0)
+    init = train.build_model(train._finish_train_args(parse_train_args(RESUME_ARGS[1:]), "parity", []), "parity")
+    saved = torch.load(tmp_path / "1" / "checkpoint_best_ema.pt", weights_only=True)["model"]
+    assert all(torch.equal(saved[k], v) for k, v in init.state_dict().items())
+    last = half["history"][-1]
+    assert last["val_loss_ema"] not in (last["val_loss"], frozen["history"][0]["val_loss"])
+    assert [h["val_loss"] for h in half["history"]] == [h["val_loss"] for h in frozen["history"]]
+    assert (half["best_step"], half["test"]) == (frozen["best_step"], frozen["test"])
+    assert run_paused_after_every_step(RESUME_ARGS + ["--ema", "0.5"], tmp_path / "paused") == 7
+    paused = json.loads((tmp_path / "paused" / "results.json").read_text())
+    assert [h["val_loss_ema"] for h in paused["history"]] == [h["val_loss_ema"] for h in half["history"]]
+    assert paused["ema"] == half["ema"]
+    model_of_a_run_resumed_only_with(tmp_path / "refused", ["--ema", "0.5"], "ema")
+
+
+def parse_train_args(argv: list[str]):
+    p = train.argparse.ArgumentParser()
+    train.add_train_args(p)
+    return p.parse_args(argv)
 
 
 def test_cli_end_to_end_writes_json_and_checkpoints(tmp_path, capsys):
@@ -183,11 +240,14 @@ def test_sweep_variants_run_the_grid_once_each_and_summarize_per_variant(tmp_pat
         train.main(["sweep", "arith", "--out", str(tmp_path), "--dry-run", "--variant", "a=", "--variant", "a=-x"])
     with pytest.raises(SystemExit):  # a variant cannot leave its directory's d_model / lr / seed
         train.main(["sweep", "arith", "--out", str(tmp_path), "--dry-run", "--variant", "d32=--d-model=32"])
-    # one summary row per variant, the better variant not hiding the other
+    # one summary row per variant, the better variant not hiding the other; a run's weight average (--ema) is a
+    # row of its own
     for tag, acc in (("base", 0.6), ("nomlp", 0.9), (None, 0.7)):
         d = tmp_path / f"r{tag}"
         d.mkdir()
-        (d / "results.json").write_text(json.dumps({
+        ema = {"ema": {"best_step": 4, "best_val_acc": 0.68, "best_val_scaled": 0.6, "test_scaled_at_eval_len": 0.55,
+                       "test": {"256": {"length": 256, "acc": 0.64, "scaled": 0.55}}}} if tag == "nomlp" else {}
+        (d / "results.json").write_text(json.dumps(ema | {
             "task": "arith", "model": "mamba3", "d_model": 64, "eval_len": 256, "lr": 2e-3, "layers": 3, "seed": 0,
             "steps": 5, "best_val_acc": acc, "best_val_scaled": (acc - 0.2) / 0.8, "test_scaled_at_eval_len": 0.5,
             "best_step": 5, "test": {"256": {"length": 256, "acc": acc, "scaled": (acc - 0.2) / 0.8}},
@@ -195,8 +255,10 @@ def test_sweep_variants_run_the_grid_once_each_and_summarize_per_variant(tmp_pat
     md = train.summarize(tmp_path)
     assert "| arith | mamba3 | 1 | 256 | 62.50 |" in md
     assert "| arith | mamba3 [base] | 1 | 256 | 50.00 |" in md
-    assert "| arith | mamba3 [nomlp] | 1 | 256 | 87.50 |" in md
-    assert [r["tag"] for r in json.loads((tmp_path / "summary.json").read_text())] == [None, "base", "nomlp"]
+    assert "| arith | mamba3 [nomlp] | 1 | 256 | 87.50 | 50.00 |" in md
+    assert "| arith | mamba3 [nomlp+ema] | 1 | 256 | 60.00 | 55.00 |" in md and "Rows tagged +ema" in md
+    assert [r["tag"] for r in json.loads((tmp_path / "summary.json").read_text())] == [
+        None, "base", "nomlp", "nomlp+ema"]
 
 
 def test_usage_errors():
