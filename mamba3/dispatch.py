@@ -49,6 +49,7 @@ OPS: dict[str, str] = {
     "siso": "mamba3.ops.siso.configs",
     "mimo": "mamba3.ops.mimo.configs",
     "step": "mamba3.ops.step.configs",
+    "rms_norm": "mamba3.ops.rms_norm.configs",
 }
 
 

@@ -53,5 +53,5 @@ def mamba3_siso(q, k, v, adt, dt, trap, q_bias, k_bias, angles, D=None, z=None, 
                                          chunk_size=chunk_size or REFERENCE_CHUNK_SIZE, cu_seqlens=cu_seqlens)
     else:
         out, final_states = kernel(q, k, v, adt, dt, trap, q_bias, k_bias, angles, D, z, input_states, chunk_size,
-                                   cu_seqlens, precision)
+                                   cu_seqlens, precision, final_states=return_final_states)
     return (out, final_states) if return_final_states else out

@@ -310,14 +310,17 @@ def _backward(c, tensors, input_states, dout, dfa, dfssm, off=None):
 
 @on_device_of
 def siso_triton(q, k, v, adt, dt, trap, q_bias, k_bias, angles, D, z, input_states, chunk_size, cu_seqlens,
-                precision):
-    """SISO Mamba-3 on the Triton kernels. Returns (out, (angle, ssm, k, v) final states); see ARCHITECTURE.md."""
+                precision, final_states=True):
+    """SISO Mamba-3 on the Triton kernels. Returns (out, (angle, ssm, k, v) final states), or (out, None) with
+    final_states=False (the final k̃ and v are torch ops the caller would discard); see ARCHITECTURE.md."""
     if v.dtype == torch.float64 or q.dtype == torch.float64:
         raise TypeError("the SISO Triton kernels compute in fp32; use backend='reference' for float64 inputs")
     q_bias, k_bias = _both_biases(q_bias, k_bias)
     ins = input_states if input_states is not None else (None, None, None, None)
     out, fa, fs = SisoTritonFn.apply(q, k, v, adt, dt, trap, q_bias, k_bias, angles, D, z, *ins,
                                      cu_seqlens, chunk_size, precision)
+    if not final_states:
+        return out, None
     # final k̃ and v: O(NS·H·N) torch ops on the last token of every sequence (autograd routes their gradients,
     # the angle part into the final angle state's gradient, which the Function handles)
     last = _last_tokens(v, cu_seqlens)
