@@ -24,6 +24,7 @@ import collections  # noqa: E402
 import functools  # noqa: E402
 import json  # noqa: E402
 import sys  # noqa: E402
+import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import torch  # noqa: E402
@@ -92,6 +93,9 @@ def main(argv=None) -> int:
     p.add_argument("--batch", type=int, default=256)
     p.add_argument("--norms", default="triton", choices=("triton", "reference"),
                    help="the RMS norms' backend (CUDA: triton; reference: the PyTorch composition they replaced)")
+    p.add_argument("--time-steps", type=int, default=0,
+                   help="also time this many forward+backward passes (CPU ms per step; with a small --batch and "
+                        "--len this is mostly the host's dispatch work, the Triton launches excluded)")
     p.add_argument("--out", default=None, help="JSON of the counts")
     p.add_argument("--top", type=int, default=25)
     a, extra = p.parse_known_args(argv)
@@ -135,6 +139,13 @@ def main(argv=None) -> int:
     launches.clear()
     with counter:
         step()
+    host_ms = None
+    if a.time_steps:
+        # forward + backward only (the CPU's clipping and AdamW are not CUDA's), no counter
+        t0 = time.perf_counter()
+        for _ in range(a.time_steps):
+            F.cross_entropy(train.batch_logits(model, batch), batch.target).backward()
+        host_ms = (time.perf_counter() - t0) / a.time_steps * 1e3
     kernels = {k: v for k, v in counter.ops.items() if k[1] not in NO_KERNEL}
     views = sum(counter.ops.values()) - sum(kernels.values())
     by_phase, by_site, by_op = collections.Counter(), collections.Counter(), collections.Counter()
@@ -147,7 +158,8 @@ def main(argv=None) -> int:
           f"({batch.tokens.shape[1]} tokens): torch ops that launch a kernel on CUDA: "
           + ", ".join(f"{ph} {n}" for ph, n in by_phase.items())
           + f" (+ {views} views / metadata); {sum(launches.values())} Triton launches. The CPU's clipping and "
-          "AdamW loop over the tensors; on CUDA they are foreach / fused kernels (a few launches).")
+          "AdamW loop over the tensors; on CUDA they are foreach / fused kernels (a few launches)."
+          + ("" if host_ms is None else f" Forward + backward: {host_ms:.2f} ms per step on this CPU."))
     print("\n| torch ops | phase | issued from |\n|---|---|---|")
     for (phase, site), n in by_site.most_common(a.top):
         print(f"| {n} | {phase} | {site} |")
@@ -157,7 +169,7 @@ def main(argv=None) -> int:
     if a.out:
         Path(a.out).write_text(json.dumps({
             "task": a.task, "d_model": a.d_model, "norms": a.norms, "train_args": extra, "layers": args.layers, "len": a.len, "batch": a.batch,
-            "torch_ops_by_phase": dict(by_phase), "views": views, "triton_launches": dict(launches),
+            "torch_ops_by_phase": dict(by_phase), "time_steps": a.time_steps, "fwd_bwd_ms_per_step": host_ms, "views": views, "triton_launches": dict(launches),
             "by_site": {f"{ph} | {s}": n for (ph, s), n in by_site.items()}, "by_op": dict(by_op),
             "torch": torch.__version__}, indent=1))
     return 0

@@ -11,6 +11,7 @@ the reductions' scratch, so every configuration fits every architecture (the AOT
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import asdict, dataclass
 
 import torch
@@ -29,6 +30,7 @@ class RmsNormConfig:
     num_warps: int  # 4 up to 2048 elements per program, then one warp per 512 elements (16 fp32 per thread)
 
 
+@functools.lru_cache(maxsize=None)
 def choose_config(groups: int, group_size: int) -> RmsNormConfig:
     bg, bd = next_pow2(groups), next_pow2(group_size)
     width = bg * bd
