@@ -29,13 +29,9 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor | None, eps: float, group_siz
         raise ValueError(f"weight must have shape ({width},), got {tuple(weight.shape)}")
     if z is not None and z.shape != x.shape:
         raise ValueError(f"z must have x's shape {tuple(x.shape)}, got {tuple(z.shape)}")
-    if backend == "auto":  # the modules' call, once per norm and step: the short test (host time)
-        triton = (x.is_cuda and x.dtype != torch.float64 and x.numel() > 0 and not torch.compiler.is_compiling()
-                  and next_pow2(width // size) * next_pow2(size) <= MAX_ROW
-                  and all(t is None or t.device == x.device and t.dtype != torch.float64 for t in (weight, z)))
-    else:
-        triton = use_triton(backend, (x, weight, z)) and x.numel() > 0
-    if not triton:
+    if x.numel() == 0 or not use_triton(backend, (x, weight, z)) or backend == "auto" and (
+            torch.compiler.is_compiling()
+            or next_pow2(width // size) * next_pow2(size) > MAX_ROW):
         return rms_norm_reference(x, weight, eps, group_size, z)
     from .function import rms_norm_triton
 

@@ -18,6 +18,8 @@ import torch
 
 from mamba3.dispatch import DeviceSpec
 
+from ..step.configs import next_pow2
+
 MAX_ROW = 8192  # elements of one row (G·D, padded to powers of two) a program can hold
 TILE_ELEMENTS = 2048  # elements per program for short rows (several rows per program)
 
@@ -40,10 +42,6 @@ def choose_config(groups: int, group_size: int) -> RmsNormConfig:
     block_m = max(1, TILE_ELEMENTS // width)
     return RmsNormConfig(block_m=block_m, block_g=bg, block_d=bd,
                          num_warps=min(16, max(4, block_m * width // 512)))
-
-
-def next_pow2(n: int) -> int:
-    return 1 << max(0, (n - 1).bit_length())
 
 
 # (name, groups, group size, dtype, weight, gate): the task models' block norms (d_model 64), the layer's B/C norms

@@ -7,7 +7,9 @@ launch-bound; benchmarks/host_ops_task_step.py counts them).
 from __future__ import annotations
 
 import torch
+import triton
 
+from ..checks import on_device_of
 from ..common.launch import launch
 from .configs import choose_config
 from .kernel import rms_norm_bwd_kernel, rms_norm_fwd_kernel
@@ -25,7 +27,7 @@ class RmsNormFunction(torch.autograd.Function):
         rows = x2.shape[0]
         y = torch.empty(rows, width, device=x.device, dtype=x.dtype)
         rstd = torch.empty(rows, width // group_size, device=x.device, dtype=torch.float32)
-        launch(rms_norm_fwd_kernel, (cdiv(rows, cfg.block_m),), x2, weight, z2, y, rstd, rows, x2.stride(0),
+        launch(rms_norm_fwd_kernel, (triton.cdiv(rows, cfg.block_m),), x2, weight, z2, y, rstd, rows, x2.stride(0),
                width // group_size, group_size, eps, BLOCK_M=cfg.block_m, BLOCK_G=cfg.block_g, BLOCK_D=cfg.block_d,
                HAS_W=weight is not None, HAS_Z=z is not None, num_warps=cfg.num_warps, num_stages=1)
         ctx.save_for_backward(x2, weight, z2, rstd)
@@ -38,7 +40,7 @@ class RmsNormFunction(torch.autograd.Function):
         cfg, group_size = ctx.cfg, ctx.group_size
         rows, width = x2.shape
         dy2 = dy.reshape(-1, width).contiguous()
-        nblocks = cdiv(rows, cfg.block_m)
+        nblocks = triton.cdiv(rows, cfg.block_m)
         nprog = max(1, min(nblocks, _bwd_program_cap(x2.device)))
         dx = torch.empty(rows, width, device=x2.device, dtype=x2.dtype)
         dz = None if z2 is None else torch.empty_like(z2)
@@ -57,10 +59,6 @@ def _rows(x: torch.Tensor) -> torch.Tensor:
     return x2 if x2.stride(-1) == 1 else x2.contiguous()
 
 
-def cdiv(a: int, b: int) -> int:
-    return -(-a // b)
-
-
 def _bwd_program_cap(device: torch.device) -> int:
     if device.type != "cuda":
         return 512
@@ -70,9 +68,7 @@ def _bwd_program_cap(device: torch.device) -> int:
     return 512 if sms is None else _BWD_PROGRAMS_PER_SM * sms
 
 
+@on_device_of
 def rms_norm_triton(x, weight, z, eps: float, group_size: int):
     """The Triton RMS norm (inputs validated by ``api.rms_norm``); runs with x's device current."""
-    if x.is_cuda:
-        with torch.cuda.device(x.device):
-            return RmsNormFunction.apply(x, weight, z, eps, group_size)
     return RmsNormFunction.apply(x, weight, z, eps, group_size)
