@@ -46,10 +46,8 @@ def one_config(d_model: int, length: int, steps: int, batch: int, variant: str, 
     # TaskModel's layers ignore chunk_size (the dispatcher chooses): force the SISO kernels' config instead
     siso_fn._CONFIG_OVERRIDE = None if chunk is None else siso_config_with_chunk(chunk, 64, 16)
     # the model and optimizer as `python -m mamba3 train TASK` builds them (Δ init [0.5, 1] unless train_args say)
-    parser = argparse.ArgumentParser()
-    train.add_train_args(parser)
-    argv = ["--d-model", str(d_model), "--model", variant, "--dt-min", "0.5", "--dt-max", "1.0", *train_args]
-    targs = train._finish_train_args(parser.parse_args(argv), task, argv)
+    targs = train.train_args(task, ["--d-model", str(d_model), "--model", variant, "--dt-min", "0.5", "--dt-max",
+                                    "1.0", *train_args])
     torch.manual_seed(0)
     model = train.build_model(targs, task).to(dev)
     opt = train.make_optimizer(model, targs, dev)

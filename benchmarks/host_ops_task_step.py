@@ -113,10 +113,8 @@ def main(argv=None) -> int:
         from mamba3.ops.rms_norm import rms_norm
 
         norms.rms_norm = functools.partial(rms_norm, backend="triton")
-    tp = argparse.ArgumentParser()
-    train.add_train_args(tp)
     argv_run = ["--d-model", str(a.d_model), "--device", "cpu"] + (["--layers", str(a.layers)] if a.layers else [])
-    args = train._finish_train_args(tp.parse_args(argv_run + extra), a.task, argv_run + extra)
+    args = train.train_args(a.task, argv_run + extra)
     torch.manual_seed(0)
     model = train.build_model(args, a.task)
     opt = train.make_optimizer(model, args, torch.device("cpu"))

@@ -635,6 +635,14 @@ def add_train_args(p: argparse.ArgumentParser, task_default_layers: bool = True)
                         "(task, model, tag)")
 
 
+def train_args(task: str, argv: list[str]) -> argparse.Namespace:
+    """The options ``python -m mamba3 train TASK ARGV…`` trains with (its defaults filled in)."""
+    p = argparse.ArgumentParser(prog=f"python -m mamba3 train {task}",
+                                description=f"Train one model on {task} (docs/state_tracking.md).")
+    add_train_args(p)
+    return _finish_train_args(p.parse_args(argv), task, argv)
+
+
 def _finish_train_args(args, task: str, argv: list[str]):
     args.task = task
     if args.layers is None:
@@ -669,10 +677,8 @@ def run_demo(argv: list[str]) -> int:
     a, extra = p.parse_known_args(argv)
     rows = []
     for m in a.models.split(","):
-        tp = argparse.ArgumentParser()
-        add_train_args(tp)
         run_argv = DEMO_ARGS + ["--model", m, "--out", str(Path(a.out) / m)] + (["--quiet"] if a.quiet else []) + extra
-        args = _finish_train_args(tp.parse_args(run_argv), "parity", run_argv)
+        args = train_args("parity", run_argv)
         print(f"== training {m} on parity ({' '.join(run_argv)})", flush=True)
         rows.append(train_run(args))
     print(format_table(rows, lengths=[r for r in rows[0]["test"]]))
@@ -914,10 +920,7 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         print(summarize(Path(rest[0])))
         return 0
-    p = argparse.ArgumentParser(prog=f"python -m mamba3 train {cmd}",
-                                description=f"Train one model on {cmd} (docs/state_tracking.md).")
-    add_train_args(p)
-    args = _finish_train_args(p.parse_args(rest), cmd, rest)
+    args = train_args(cmd, rest)
     res = train_run(args)
     if res is None:  # paused by --stop-after
         return 0

@@ -159,7 +159,7 @@ def test_ema_is_validated_selected_and_tested_beside_the_trained_weights(tmp_pat
     assert len({h["val_loss_ema"] for h in frozen["history"]}) == 1
     assert frozen["ema"]["best_step"] == 2  # the first validation; later ones tie
     torch.manual_seed(0)
-    init = train.build_model(train._finish_train_args(parse_train_args(RESUME_ARGS[1:]), "parity", []), "parity")
+    init = train.build_model(train.train_args("parity", RESUME_ARGS[1:]), "parity")
     saved = torch.load(tmp_path / "1" / "checkpoint_best_ema.pt", weights_only=True)["model"]
     assert all(torch.equal(saved[k], v) for k, v in init.state_dict().items())
     last = half["history"][-1]
@@ -171,12 +171,6 @@ def test_ema_is_validated_selected_and_tested_beside_the_trained_weights(tmp_pat
     assert [h["val_loss_ema"] for h in paused["history"]] == [h["val_loss_ema"] for h in half["history"]]
     assert paused["ema"] == half["ema"]
     model_of_a_run_resumed_only_with(tmp_path / "refused", ["--ema", "0.5"], "ema")
-
-
-def parse_train_args(argv: list[str]):
-    p = train.argparse.ArgumentParser()
-    train.add_train_args(p)
-    return p.parse_args(argv)
 
 
 def test_cli_end_to_end_writes_json_and_checkpoints(tmp_path, capsys):
