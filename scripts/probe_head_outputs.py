@@ -2,6 +2,7 @@
 range they had on the training lengths.
 
     python scripts/probe_head_outputs.py CHECKPOINT [--lengths 64,160,256,320] [--n 64] [--rescale-last-to 160]
+                                         [--per-string]
 
 Runs the model (CPU, reference backend) on n strings of the run's task per length and reports, per layer and head,
 the root mean square at the answer position ("=") of that head's gated output, i.e. its columns of the layer's
@@ -11,7 +12,10 @@ the layers above values they never saw in training; scripts/probe_decay.py says 
 With --rescale-last-to L it also tests whether that drift is what costs accuracy: the scaled test accuracy per
 length (`train eval`'s test sets, 512 strings) as the model is and with the last layer's heads rescaled at the
 answer, one factor per head and evaluation batch (256 strings of one length), to the size they have at length L.
-A diagnostic, not a method: the factor uses the batch's statistics (no labels).
+A diagnostic, not a method: the factor uses the batch's statistics (no labels). With --per-string the factor is
+per head and string instead (each head's output at one answer divided by its RMS over the head's channels, times
+the head's RMS at length L): what a headwise norm before out_proj (`--outproj-norm`, trained in) could do at most
+for that layer without seeing the rest of the batch.
 """
 from __future__ import annotations
 
@@ -47,9 +51,10 @@ def head_output_rms(model, task: str, length: int, n: int, seed: int = 1) -> lis
 
 
 @contextlib.contextmanager
-def last_layer_rescaled(model, target_rms: torch.Tensor):
+def last_layer_rescaled(model, target_rms: torch.Tensor, per_string: bool = False):
     """Within: every forward of ``model`` (padded batches, answer positions ``query``) scales each head of the last
-    layer's gated output at the answer so that its RMS over the batch is ``target_rms`` (H,)."""
+    layer's gated output at the answer so that its RMS over the batch (``per_string``: over the head's channels at
+    each string's answer) is ``target_rms`` (H,)."""
     last = model.layers[-1].mixer
     answer = {}
 
@@ -60,9 +65,9 @@ def last_layer_rescaled(model, target_rms: torch.Tensor):
         y = args[0]
         rows = torch.arange(y.shape[0], device=y.device)
         at = y[rows, answer["query"]].reshape(y.shape[0], last.nheads, -1)
-        factor = target_rms.to(y) / at.pow(2).mean((0, 2)).sqrt()
+        rms = at.pow(2).mean(2, keepdim=True).sqrt() if per_string else at.pow(2).mean((0, 2))[:, None].sqrt()
         y = y.clone()
-        y[rows, answer["query"]] = (at * factor[:, None]).reshape(y.shape[0], -1)
+        y[rows, answer["query"]] = (at * (target_rms.to(y)[:, None] / rms)).reshape(y.shape[0], -1)
         return (y,)
 
     hooks = [model.register_forward_pre_hook(remember_query), last.out_proj.register_forward_pre_hook(rescale)]
@@ -80,6 +85,7 @@ def main(argv=None):
     ap.add_argument("--n", type=int, default=64)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--rescale-last-to", type=int, default=None, metavar="L")
+    ap.add_argument("--per-string", action="store_true", help="rescale each string's answer, not the batch's RMS")
     a = ap.parse_args(argv)
     ck = torch.load(a.checkpoint, map_location="cpu", weights_only=True)
     task, mult = ck["task"], bool(ck["args"].get("mult", False))
@@ -95,10 +101,11 @@ def main(argv=None):
     if a.rescale_last_to is not None:
         target = head_output_rms(model, task, a.rescale_last_to, a.n, a.seed)[-1]
         plain = accuracy_at_lengths(model, task, lengths, 512, mult, "cpu")
-        with last_layer_rescaled(model, target):
+        with last_layer_rescaled(model, target, a.per_string):
             rescaled = accuracy_at_lengths(model, task, lengths, 512, mult, "cpu")
         print(f"\nScaled test accuracy (%), 512 strings per length; rescaled: the last layer's heads at the answer "
-              f"scaled per evaluation batch to their size at length {a.rescale_last_to}")
+              f"scaled per {'string' if a.per_string else 'evaluation batch'} to their size at length "
+              f"{a.rescale_last_to}")
         print("| | " + " | ".join(f"length {L}" for L in lengths) + " |")
         print("|---" * (1 + len(lengths)) + "|")
         for name, res in (("as trained", plain), ("rescaled", rescaled)):

@@ -68,3 +68,22 @@ def test_last_layer_rescaled(tmp_path, capsys, script):
     out = capsys.readouterr().out
     assert re.search(r"^\| as trained \| -?[\d.]+ \| -?[\d.]+ \|$", out, re.M)
     assert re.search(r"^\| rescaled \| -?[\d.]+ \| -?[\d.]+ \|$", out, re.M)
+
+
+def test_last_layer_rescaled_per_string(script):
+    """Per string, a string's rescaled output does not depend on the rest of the batch, and each head's output at
+    its answer is rescaled to the target size (which scaling a string's input to that head cannot change)."""
+    tool = script("probe_head_outputs")
+    model = tiny_model()
+    batch = tool.forward_on_strings(model, "parity", 20, 6)
+    target = torch.linspace(0.5, 2.0, model.layers[-1].mixer.nheads, dtype=torch.float64)
+    with torch.no_grad(), tool.last_layer_rescaled(model, target, per_string=True):
+        together = model(batch.tokens, batch.query)
+        alone = torch.cat([model(batch.tokens[i:i + 1], batch.query[i:i + 1]) for i in range(6)])
+        torch.testing.assert_close(alone, together)
+        layer = model.layers[-1].mixer
+        x = layer.in_proj_slices()["x"]
+        layer.in_proj.weight[x.start:x.start + layer.headdim] *= 3.0
+        torch.testing.assert_close(model(batch.tokens, batch.query), together)
+    with torch.no_grad(), tool.last_layer_rescaled(model, target):  # the batch's factor is not each string's
+        assert not torch.allclose(model(batch.tokens, batch.query), together)
