@@ -8,7 +8,7 @@
     python -m mamba3 train sweep parity [--models mamba3,norope] [--d-models 32,64] [--lrs 8] [--jobs 16]
                                         [--stop-after SECONDS] ...
     python -m mamba3 train summarize DIR                      (the results table of a sweep directory)
-    python -m mamba3 train eval CHECKPOINT [--lengths 256,512] [--n 1024]   (a checkpoint's test accuracy per length)
+    python -m mamba3 train eval CHECKPOINT [...] [--lengths 256,512] [--plot PNG]   (test accuracy per length)
 
 (also ``python -m mamba3.tasks ...``). :func:`main` is the single entry point; it accepts its arguments with or
 without a leading ``train``.
@@ -494,11 +494,12 @@ def pooled_results(model, task: str, lo: int, hi: int, n: int, mult: bool, devic
 
 
 def run_eval(argv: list[str]) -> int:
-    """``train eval CHECKPOINT``: a checkpoint's scaled accuracy per length, on the test sets of its run."""
+    """``train eval CHECKPOINT [CHECKPOINT ...]``: each checkpoint's scaled accuracy per length, on the test sets of
+    its run; ``--plot`` draws them against length in one figure."""
     p = argparse.ArgumentParser(prog="python -m mamba3 train eval",
-                                description="Scaled test accuracy of a checkpoint per evaluation length (by "
-                                            "default the lengths and test sets of the run that wrote it).")
-    p.add_argument("checkpoint")
+                                description="Scaled test accuracy of checkpoints per evaluation length (by "
+                                            "default the lengths and test sets of the run that wrote each).")
+    p.add_argument("checkpoints", nargs="+", metavar="checkpoint")
     p.add_argument("--lengths", default=None, help="comma-separated lengths (default: the run's test lengths)")
     p.add_argument("--n", type=int, default=None, help="strings per length (default: the run's n_test)")
     p.add_argument("--device", default="auto")
@@ -508,28 +509,39 @@ def run_eval(argv: list[str]) -> int:
     p.add_argument("--pooled", default=None, metavar="MIN:MAX",
                    help="also one scaled accuracy pooled over --n strings (default: the run's n_test) of lengths "
                         "uniform in [MIN, MAX] (the protocol of Grazzi et al. 2025: 40:256)")
+    p.add_argument("--plot", default=None, metavar="PNG",
+                   help="also draw every checkpoint's scaled accuracy against length into this PNG")
     a = p.parse_args(argv)
-    ck = torch.load(a.checkpoint, map_location="cpu", weights_only=True)
-    run = ck["args"]
-    if a.by_depth and ck["task"] != "arith_brackets":
-        p.error(f"--by-depth needs an arith_brackets checkpoint, not {ck['task']}")
+    cks = [torch.load(path, map_location="cpu", weights_only=True) for path in a.checkpoints]
+    tasks = {ck["task"] for ck in cks}
+    if a.by_depth and tasks != {"arith_brackets"}:
+        p.error(f"--by-depth needs arith_brackets checkpoints, not {', '.join(sorted(tasks))}")
+    if a.plot and len(tasks) > 1:
+        p.error(f"--plot draws checkpoints of one task, not {', '.join(sorted(tasks))}")
     device = resolve_device(a.device)
-    model = load_checkpoint(a.checkpoint).to(device)
-    lengths = ([int(x) for x in a.lengths.split(",")] if a.lengths else run["test_lens"] + [run["eval_len"]])
-    n = a.n or run["n_test"]
-    rows = rows_at_lengths(model, ck["task"], lengths, n, run["mult"], device, a.eval_batch)
-    test = length_results(ck["task"], rows)
-    print(f"{ck['task']} · {ck['config']['variant']} d_model {ck['config']['d_model']} · step {ck['step']} · "
-          f"{device.type}")
-    print("| length | " + " | ".join(test) + " |\n|---|" + "---|" * len(test))
-    print("| scaled accuracy (%) | " + " | ".join(f"{100 * v['scaled']:.2f}" for v in test.values()) + " |")
-    if a.by_depth:
-        print(accuracy_by_depth(ck["task"], rows))
-    if a.pooled:
-        lo, hi = parse_range(a.pooled)
-        pooled = pooled_results(model, ck["task"], lo, hi, n, run["mult"], device, a.eval_batch)
-        print(f"\nscaled accuracy pooled over {pooled['n']} strings of lengths uniform in [{lo}, {hi}]: "
-              f"{100 * pooled['scaled']:.2f} %")
+    curves = []
+    for path, ck in zip(a.checkpoints, cks):
+        run, task = ck["args"], ck["task"]
+        model = load_checkpoint(path).to(device)
+        lengths = ([int(x) for x in a.lengths.split(",")] if a.lengths else run["test_lens"] + [run["eval_len"]])
+        n = a.n or run["n_test"]
+        rows = rows_at_lengths(model, task, lengths, n, run["mult"], device, a.eval_batch)
+        test = length_results(task, rows)
+        print(f"\n{path}\n{task} · {ck['config']['variant']} d_model {ck['config']['d_model']} · "
+              f"step {ck['step']} · {device.type}")
+        print("| length | " + " | ".join(test) + " |\n|---|" + "---|" * len(test))
+        print("| scaled accuracy (%) | " + " | ".join(f"{100 * v['scaled']:.2f}" for v in test.values()) + " |")
+        if a.by_depth:
+            print(accuracy_by_depth(task, rows))
+        if a.pooled:
+            lo, hi = parse_range(a.pooled)
+            pooled = pooled_results(model, task, lo, hi, n, run["mult"], device, a.eval_batch)
+            print(f"\nscaled accuracy pooled over {pooled['n']} strings of lengths uniform in [{lo}, {hi}]: "
+                  f"{100 * pooled['scaled']:.2f} %")
+        curves.append({"args": run, "test": test, "label": f"{ck['config']['variant']} d{ck['config']['d_model']} "
+                       f"lr {run['lr']:.1e} seed {run['seed']}: {Path(path).stem} (step {ck['step']})"})
+    if a.plot and not plot_runs(curves, a.plot, f"{tasks.pop()}: scaled test accuracy vs evaluation length"):
+        print("matplotlib is not installed: no plot")
     return 0
 
 
@@ -551,7 +563,8 @@ def accuracy_by_depth(task: str, rows: dict) -> str:
 
 
 def plot_runs(results: list[dict], path, title: str) -> bool:
-    """Scaled test accuracy against evaluation length, one line per run; False if matplotlib is missing."""
+    """Scaled test accuracy against evaluation length, one line per run (labelled by its "label", else by its
+    model, variant, d_model and lr); False if matplotlib is missing."""
     try:
         import matplotlib
         matplotlib.use("Agg")
@@ -562,7 +575,7 @@ def plot_runs(results: list[dict], path, title: str) -> bool:
     for r in results:
         pts = sorted((v["length"], 100 * v["scaled"]) for v in r["test"].values())
         ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o",
-                label=f"{r['model']}{_tag_label(r)} (d{r['d_model']}, lr {r['lr']:.1e})")
+                label=r.get("label") or f"{r['model']}{_tag_label(r)} (d{r['d_model']}, lr {r['lr']:.1e})")
     train_max = max(parse_range(r["args"]["max_len"])[1] for r in results)
     ax.axvline(train_max, color="gray", ls="--", lw=1, label=f"longest training length ({train_max})")
     ax.set_xlabel("evaluation length")

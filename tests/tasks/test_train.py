@@ -196,6 +196,17 @@ def test_cli_end_to_end_writes_json_and_checkpoints(tmp_path, capsys):
     assert res["test_pooled"]["lengths"] == [5, 16] and res["test_pooled"]["n"] == 16
     assert train.main(["eval", str(out / "checkpoint_best.pt"), "--device", "cpu", "--pooled", "5:16"]) == 0
     assert f"[5, 16]: {100 * res['test_pooled']['scaled']:.2f} %" in capsys.readouterr().out
+    # several checkpoints: one table each, and with --plot one figure of all of them (where matplotlib is installed)
+    png = tmp_path / "eval.png"
+    assert train.main(["eval", str(out / "checkpoint_best.pt"), str(out / "checkpoint_last.pt"), "--device", "cpu",
+                       "--lengths", "8", "--plot", str(png)]) == 0
+    printed = capsys.readouterr().out
+    assert printed.count("| length | 8 |") == 2 and "checkpoint_last.pt" in printed
+    try:
+        import matplotlib  # noqa: F401
+        assert png.stat().st_size > 0
+    except ImportError:
+        assert "no plot" in printed and not png.exists()
 
 
 def test_sweep_dry_run_and_summarize(tmp_path, capsys):
