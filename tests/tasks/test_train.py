@@ -335,7 +335,7 @@ def test_eval_by_depth_splits_the_test_sets(tmp_path, capsys):
     parity = _parity_checkpoint(tmp_path)
     with pytest.raises(SystemExit):  # parity strings have no brackets: refused
         train.main(["eval", str(parity), "--device", "cpu", "--by-depth"])
-    assert "needs an arith_brackets checkpoint" in capsys.readouterr().err
+    assert "needs arith_brackets checkpoints, not parity" in capsys.readouterr().err
 
 
 def test_pooled_evaluation_over_mixed_lengths(tmp_path, capsys):
