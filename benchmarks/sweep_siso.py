@@ -47,6 +47,11 @@ CANDIDATES = {
     # the forward's chunk states in fp32 where the scan runs (before SisoConfig.states16 became the default: half the
     # state traffic of the scan's stores and the output kernel's loads; bit-identical results)
     "bf16-joined-c64-w4/8-states32": ("bf16", SisoConfig(64, 64, 64, 4, 8, 1, states16=False)),
+    # the backward's per-chunk kernels on 16-bit copies of S and dS, ⟨dSe, S⟩ in the reverse scan (SisoConfig.
+    # bwd_states16; thirty-seventh session, AOT sm_90: scan MODE 1 246 → 254 registers, bwd_dv 255 → 251 and its 8 B
+    # of spills gone, bwd_dqk unchanged); where the scan runs (the launcher's rule, or forced)
+    "bf16-joined-c64-w4/8-bwd16": ("bf16", SisoConfig(64, 64, 64, 4, 8, 1, bwd_states16=True)),
+    "bf16-joined-c64-w4/8-scan-bwd16": ("bf16", SisoConfig(64, 64, 64, 4, 8, 1, scan_states=True, bwd_states16=True)),
     "fp32-x3-c32-b32-w4/8": ("fp32", SisoConfig(32, 32, 32, 4, 8, 1, half_dots=False, halves=True,
                                                 fp32_prec="tf32x3")),
     "fp32-x3-c64-b32-w4/8": ("fp32", SisoConfig(64, 32, 32, 4, 8, 1, half_dots=False, halves=True,

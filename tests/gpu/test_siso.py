@@ -88,6 +88,32 @@ def test_forward_states16(feature, dtype, monkeypatch):
     _check(args)
 
 
+@pytest.mark.parametrize("feature", ["base", "states", "varlen-states", "T-odd"])
+@pytest.mark.parametrize("dtype", ["bf16", "fp16"])
+def test_backward_states16(feature, dtype, monkeypatch):
+    """``SisoConfig.bwd_states16`` (the reverse state scan forms ⟨dSe, S⟩ and leaves 16-bit S and dS for bwd_dv and
+    bwd_dqk) on the forced scan: bit for bit the fp32 buffers' results but d adt (that sum in another order: within
+    1e-6), and within the bars against float64."""
+    from mamba3.ops.siso.check import force_config, siso_kernel
+    from mamba3.testing.compare import with_grads
+    from mamba3.testing.errors import rel_frobenius
+
+    args = _case(dtype=DT[dtype], N=128, P=128, A=32, **FEATURES[feature])
+    force_config(monkeypatch, scan_states=True, bwd_states16=False)
+    want = with_grads(siso_kernel(None), args)
+    monkeypatch.undo()
+    force_config(monkeypatch, scan_states=True, bwd_states16=True)
+    got = with_grads(siso_kernel(None), args, want[3])
+    assert torch.equal(got[0], want[0]), "output differs from the fp32 state buffers'"
+    for name in want[2]:
+        if name == "adt":
+            assert rel_frobenius(got[2][name], want[2][name]) < 1e-6
+        else:
+            assert (got[2][name] is None) == (want[2][name] is None) and (
+                got[2][name] is None or torch.equal(got[2][name], want[2][name])), name
+    _check(args)
+
+
 @pytest.mark.parametrize("dtype", ["bf16", "fp16"])
 def test_scan_states_chosen_on_full_grids(dtype, monkeypatch):
     """The launcher's own choice (``function._scan_states``) on a dense 16-bit batch of ≥ 1.5 scan programs per SM:

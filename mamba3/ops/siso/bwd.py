@@ -38,7 +38,9 @@ def bwd_dv_kernel(q_ptr, k_ptr, v_ptr, z_ptr, do_ptr, dv_ptr, dz_ptr, dy_ptr, qb
                   T, NB_B, sd_n, sq_t, sv_t, H, HPG, A,
                   N: tl.constexpr, P: tl.constexpr, C: tl.constexpr, BN: tl.constexpr, BP: tl.constexpr,
                   HAS_Z: tl.constexpr, HAS_D: tl.constexpr, HAS_BIAS: tl.constexpr,
-                  HALVES: tl.constexpr, DOT_DT: tl.constexpr, PREC: tl.constexpr):
+                  HALVES: tl.constexpr, DOT_DT: tl.constexpr, PREC: tl.constexpr, KEND: tl.constexpr):
+    # KEND: this kernel forms e^{cs_L}⟨dSe, S⟩ from fp32 states; without it the reverse state scan did
+    # (``SisoConfig.bwd_states16``) and st / dst are 16-bit copies (the dots round them to DOT_DT anyway)
     sq_b, sv_b, s_h, s_b, _ = batch_strides(T, H, sq_t, sv_t, 0)
     sp_n = NB_B * s_b
     # 1-D grid, chunk-major then head then P block (fastest): concurrent CTAs share the DRAM rows of v/z/dO
@@ -68,7 +70,8 @@ def bwd_dv_kernel(q_ptr, k_ptr, v_ptr, z_ptr, do_ptr, dv_ptr, dz_ptr, dy_ptr, qb
                                                              nb, h * N, A, C, BN, HAS_BIAS, True)
             se, so = state_halves(st_ptr, sbase, p, nb, N, BN)  # [BP, BN/2] fp32 each
             dse, dso = state_halves(dst_ptr, sbase, p, nb, N, BN)
-            sdot += tl.sum(se * dse + so * dso, 1)
+            if KEND:
+                sdot += tl.sum(se * dse + so * dso, 1)
             acc_qk = tl.dot(qre, tl.trans(kke), acc=acc_qk, input_precision=PREC)
             acc_qk = tl.dot(qro, tl.trans(kko), acc=acc_qk, input_precision=PREC)
             acc_qs = tl.dot(qre, tl.trans(se), acc=acc_qs, input_precision=PREC)
@@ -81,7 +84,8 @@ def bwd_dv_kernel(q_ptr, k_ptr, v_ptr, z_ptr, do_ptr, dv_ptr, dz_ptr, dy_ptr, qb
             n = nb * BN + tl.arange(0, BN)
             s = tl.load(st_ptr + sbase + p[:, None] * N + n[None, :])  # [BP, BN] fp32
             dse = tl.load(dst_ptr + sbase + p[:, None] * N + n[None, :])
-            sdot += tl.sum(s * dse, 1)
+            if KEND:
+                sdot += tl.sum(s * dse, 1)
             acc_qk += tl.dot(qr, tl.trans(kk), input_precision=PREC)
             acc_qs += tl.dot(qr, tl.trans(s.to(DOT_DT)), input_precision=PREC)
             acc_kd += tl.dot(kk, tl.trans(dse.to(DOT_DT)), input_precision=PREC)
@@ -128,13 +132,15 @@ def bwd_dv_kernel(q_ptr, k_ptr, v_ptr, z_ptr, do_ptr, dv_ptr, dz_ptr, dy_ptr, qb
     # reductions: tl.cumsum on these dot-derived layouts crashes Triton 3.6's Blackwell TMEM layout pass)
     tl.store(gcs_ptr + part + dbase + t, gcs, mask=m)
     tl.store(bterm_ptr + part + dbase + t, bterm, mask=m)
-    tl.store(kend_ptr + pb * sd_n + c * H + h, fast_exp(cs_last) * tl.sum(sdot, 0))
+    if KEND:
+        tl.store(kend_ptr + pb * sd_n + c * H + h, fast_exp(cs_last) * tl.sum(sdot, 0))
 
 
 @triton.jit(do_not_specialize=["T", "NB_B", "sd_n"])
 def decay_grad_kernel(gcs_ptr, bterm_ptr, kend_ptr, dadt_ptr, table_ptr, T, NB_B, sd_n, H,
-                      NPB: tl.constexpr, C: tl.constexpr):
-    """d adt of one (chunk, head) from bwd_dv's per-token partials (NPB P blocks, summed here): d adt_r =
+                      NPB: tl.constexpr, NKE: tl.constexpr, C: tl.constexpr):
+    """d adt of one (chunk, head) from bwd_dv's per-token partials (NPB P blocks, summed here) and NKE partials of
+    the chunk's e^{cs_L}⟨dSe, S⟩ (bwd_dv's per P block, or the reverse state scan's per state block): d adt_r =
     Σ_{i≥r} g_i (the reverse cumsum of the gradient w.r.t. cs) + Σ_{j<r} bterm_j + e^{cs_L}⟨dSe, S⟩. The
     K-into-state term bterm enters cs_L (every r) and −cs_j (r ≤ j), which leaves the exclusive prefix, summed
     from the shifted terms: as the inclusive cumsum minus bterm_r it lost everything at the chunk's last token,
@@ -153,7 +159,8 @@ def decay_grad_kernel(gcs_ptr, bterm_ptr, kend_ptr, dadt_ptr, table_ptr, T, NB_B
     for pb in tl.static_range(NPB):
         g += tl.load(gcs_ptr + pb * NB_B * s_b + tok, mask=m, other=0.0)
         b += tl.load(bterm_ptr + pb * NB_B * s_b + tok - 1, mask=m & (i > 0), other=0.0)  # bterm_{r−1}
-        kend += tl.load(kend_ptr + pb * sd_n + c * H + h)
+    for j in tl.static_range(NKE):
+        kend += tl.load(kend_ptr + j * sd_n + c * H + h)
     dadt = reverse_cumsum(g) + tl.cumsum(b, 0) + kend
     tl.store(dadt_ptr + tok, dadt, mask=m)
 

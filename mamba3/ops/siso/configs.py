@@ -82,6 +82,12 @@ class SisoConfig:
     # H200, B8 T4096 (twenty-first session, sweep_siso.py, fp32 / 16-bit / fp32 states in one run): forward 1.236 /
     # 1.170 / 1.238 ms, forward+backward 6.520 / 6.429 / 6.503 (the scan kernels 1.236 → 1.182, output 0.633 → 0.624).
     states16: bool = True
+    # Candidate (off; not timed yet): where the backward's state passes run as scans on the 16-bit-dot path, the
+    # reverse scan also forms the decay gradient's e^{cs_L}⟨dSe, S⟩ from the recomputed fp32 states (bwd_dv's only
+    # fp32 use of them) and leaves 16-bit copies of S and dS for bwd_dv and bwd_dqk, whose dots round both to the
+    # dot dtype anyway: results bit-identical but for that sum's order; B8 T4096 H32 N128 P64 backward state
+    # traffic 3.22 → 2.68 GB (fp32 S written, read by the scan; S16 and dS16 written once, read twice).
+    bwd_states16: bool = False
 
     def __post_init__(self):
         if self.halves and self.half_dots:

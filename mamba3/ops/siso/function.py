@@ -142,30 +142,47 @@ def _states(ctx, q, k, v, adt, dt, trap, q_bias, k_bias, angles, input_states, o
     return (rot, plane), gsum, coef, st, final_angle, final_ssm, w0, off
 
 
-def _chunk_states(ctx, mode, x, z, k, k_bias, coef, rot, plane, gsum, init, final, for_output=False):
+def _state_blocks(ctx) -> int:
+    return (ctx.N // ctx.cfg.bn) * (ctx.P // ctx.cfg.bp)
+
+
+def _bwd_states16(ctx) -> bool:
+    """Whether the backward's reverse state scan forms ⟨dSe, S⟩ and 16-bit copies of S and dS for the per-chunk
+    gradient kernels (``SisoConfig.bwd_states16``): on the scan path with 16-bit dots (interleaved blocks) only."""
+    return bool(ctx.cfg.bwd_states16 and ctx.dot_dt != tl.float32
+                and _scan_states(ctx, ctx.chunks.nseq * ctx.H * _state_blocks(ctx)))
+
+
+def _chunk_states(ctx, mode, x, z, k, k_bias, coef, rot, plane, gsum, init, final, for_output=False, kend=None):
     """MODE 0: the state entering every chunk (nchunks, H, P, N; computed in fp32), from init (NS, H, P, N, or None
     for 0), final state into ``final`` (fp32); MODE 1 (x = dO, z, k = q): the fp32 dS leaving every chunk, the pass
     in reverse from init = dS_final, the gradient of the input state into ``final``. One scan kernel where
     ``_scan_states`` says so, else (fp32 only) the chunk-parallel local terms and ``common.state_passing``.
     ``for_output`` (the forward's states, read only by the output kernel, which rounds them to its 16-bit dot dtype):
-    on the scan path with ``SisoConfig.states16`` the scan stores them in that dtype (bit-identical results)."""
+    on the scan path with ``SisoConfig.states16`` the scan stores them in that dtype (bit-identical results).
+    ``kend`` (MODE 1 where ``_bwd_states16``): (fp32 states S from MODE 0, a 16-bit buffer for their copy, the
+    (blocks, nchunks, H) fp32 partials of e^{cs_L}⟨dSe, S⟩); dS is then stored in that buffer's (the dot) dtype."""
     ch, cfg = ctx.chunks, ctx.cfg
     H, N, P = ctx.H, ctx.N, ctx.P
-    blocks = (N // cfg.bn) * (P // cfg.bp)
+    blocks = _state_blocks(ctx)
     scan = _scan_states(ctx, ch.nseq * H * blocks)
     # a 16-bit dot dtype means the interleaved 16-bit-dot path (half_dots; never halves), whose dot dtype is the
-    # input's (x = v)
+    # input's (x = v; with kend, that of the copy buffer, which has v's dtype)
     states16 = for_output and scan and cfg.states16 and ctx.dot_dt != tl.float32
-    st = torch.empty(ch.nchunks, H, P, N, device=x.device, dtype=x.dtype if states16 else torch.float32)
+    dtype = kend[1].dtype if kend is not None else x.dtype if states16 else torch.float32
+    st = torch.empty(ch.nchunks, H, P, N, device=x.device, dtype=dtype)
     common = (x, z if z is not None else x, k, k_bias if k_bias is not None else k, coef, coef.stride(0), rot, plane,
               st)
     meta = dict(N=N, P=P, C=cfg.chunk, BN=cfg.bn, BP=cfg.bp, MODE=mode, HAS_Z=z is not None,
                 HAS_BIAS=k_bias is not None, HALVES=cfg.halves, DOT_DT=ctx.dot_dt, PREC=ctx.prec,
                 num_warps=cfg.warps_chunk, num_stages=cfg.stages)
+    assert kend is None or scan and mode == 1 and ctx.dot_dt != tl.float32, "kend: see _bwd_states16"
     if scan:
+        fwd, fwd16, parts = kend if kend is not None else (st, st, st)
         launch(chunk_state_scan_kernel, (ch.nseq * H * blocks,), *common, gsum,
-               init if init is not None else st, final, ch.chunk_table, ch.seq_table, ch.max_chunks, ctx.T,
-               ctx.sv_t, ctx.sq_t, H, ctx.HPG, ctx.A, **meta, HAS_INIT=init is not None, REVERSE=mode == 1)
+               init if init is not None else st, final, fwd, fwd16, parts, ch.chunk_table, ch.seq_table,
+               ch.max_chunks, parts.stride(0), ctx.T, ctx.sv_t, ctx.sq_t, H, ctx.HPG, ctx.A, **meta,
+               HAS_INIT=init is not None, REVERSE=mode == 1, KEND=kend is not None)
     else:
         launch(chunk_state_kernel, (ch.nchunks * H * blocks,), *common, ch.chunk_table, ctx.T, ctx.sv_t, ctx.sq_t,
                H, ctx.HPG, ctx.A, **meta)
@@ -229,18 +246,27 @@ def _backward(c, tensors, input_states, dout, dfa, dfssm, off=None):
     # local dS per chunk and the reverse state pass: the dS arriving at the end of every chunk
     ds_init = torch.empty(ch.nseq, H, P, N, device=dev, dtype=torch.float32)
     ds_final = None if dfssm is None else dfssm.float().contiguous()
-    dst = _chunk_states(c, 1, dout, z, q, q_bias, coef, rot, plane, gsum, ds_final, ds_init)
+    npb = P // cfg.bp
+    # e^{cs_L}⟨dSe, S⟩ per chunk, in partials: bwd_dv's per P block, or with bwd_states16 the reverse scan's per
+    # state block (it then leaves 16-bit copies of S and dS for the two per-chunk kernels)
+    bwd16 = _bwd_states16(c)
+    kend = torch.empty(_state_blocks(c) if bwd16 else npb, ch.nchunks, H, device=dev, dtype=torch.float32)
+    if bwd16:
+        st16 = torch.empty_like(st, dtype=v.dtype)
+        dst = _chunk_states(c, 1, dout, z, q, q_bias, coef, rot, plane, gsum, ds_final, ds_init,
+                            kend=(st, st16, kend))
+        st = st16
+    else:
+        dst = _chunk_states(c, 1, dout, z, q, q_bias, coef, rot, plane, gsum, ds_final, ds_init)
     # per-chunk gradients
     dv = torch.empty_like(v)
     dz = torch.empty_like(z) if z is not None else None
-    npb = P // cfg.bp
     ddp = torch.empty(npb, ch.nchunks, H, device=dev, dtype=torch.float32)
     dgam = torch.empty(npb, B, H, T, device=dev, dtype=torch.float32)  # every token is written
-    # per P block: the gradient w.r.t. the within-chunk cumsum cs, the K-into-state term (both per token) and
-    # e^{cs_L}⟨dSe, S⟩ per chunk; decay_grad_kernel scans them into d adt
+    # per P block: the gradient w.r.t. the within-chunk cumsum cs and the K-into-state term (both per token);
+    # decay_grad_kernel scans them into d adt
     gcs = torch.empty(npb, B, H, T, device=dev, dtype=torch.float32)
     bterm = torch.empty_like(gcs)
-    kend = torch.empty(npb, ch.nchunks, H, device=dev, dtype=torch.float32)
     # dy = dO ⊙ silu(z): written by bwd_dv, read by bwd_dqk; without z it is dO. In dO's dtype, except fp16,
     # which keeps fp32 (dO·silu(z) may overflow fp16 where dO and z do not)
     dy_dtype = torch.float32 if dout.dtype == torch.float16 else dout.dtype
@@ -251,11 +277,11 @@ def _backward(c, tensors, input_states, dout, dfa, dfssm, off=None):
         coef, coef.stride(0), rot, plane, st, dst, ddp, dgam, gcs, bterm, kend,
         ch.chunk_table, T, B, ddp.stride(0), c.sq_t, c.sv_t, H, c.HPG, A,
         N=N, P=P, C=cfg.chunk, BN=cfg.bn, BP=cfg.bp, HAS_Z=z is not None, HAS_D=D is not None,
-        HAS_BIAS=q_bias is not None, HALVES=cfg.halves, DOT_DT=c.dot_dt, PREC=c.prec,
+        HAS_BIAS=q_bias is not None, HALVES=cfg.halves, DOT_DT=c.dot_dt, PREC=c.prec, KEND=not bwd16,
         num_warps=cfg.warps_bwd, num_stages=cfg.stages)
     dadt = torch.empty(B, H, T, device=dev, dtype=torch.float32)  # every token is written
     launch(decay_grad_kernel, (ch.nchunks * H,), gcs, bterm, kend, dadt, ch.chunk_table, T, B, kend.stride(0), H,
-           NPB=npb, C=cfg.chunk, num_warps=1)
+           NPB=npb, NKE=kend.shape[0], C=cfg.chunk, num_warps=1)
     del gcs, bterm, kend
     nbk = N // cfg.bn
     hs = _head_split(c.HPG, cfg.head_split, ch.nchunks * c.G * nbk, c.sm_count)

@@ -144,20 +144,29 @@ def chunk_state_kernel(x_ptr, z_ptr, k_ptr, kb_ptr, coef_ptr, coef_plane, rot_pt
     store_state_block(st_ptr, (c * H + h) * P * N, a, b, p, nb, N, BN, HALVES)
 
 
-@triton.jit(do_not_specialize=["T", "rot_plane", "coef_plane", "max_chunks"])
+@triton.jit(do_not_specialize=["T", "rot_plane", "coef_plane", "max_chunks", "kend_stride"])
 def chunk_state_scan_kernel(x_ptr, z_ptr, k_ptr, kb_ptr, coef_ptr, coef_plane, rot_ptr, rot_plane, st_ptr, g_ptr,
-                            init_ptr, final_ptr, table_ptr, seq_table_ptr, max_chunks, T, sx_t, sk_t, H, HPG, A,
+                            init_ptr, final_ptr, fwd_ptr, fwd16_ptr, kend_ptr, table_ptr, seq_table_ptr, max_chunks,
+                            kend_stride, T, sx_t, sk_t, H, HPG, A,
                             N: tl.constexpr, P: tl.constexpr, C: tl.constexpr, BN: tl.constexpr, BP: tl.constexpr,
                             MODE: tl.constexpr, HAS_Z: tl.constexpr, HAS_BIAS: tl.constexpr,
                             HALVES: tl.constexpr, DOT_DT: tl.constexpr, PREC: tl.constexpr,
-                            HAS_INIT: tl.constexpr, REVERSE: tl.constexpr):
+                            HAS_INIT: tl.constexpr, REVERSE: tl.constexpr, KEND: tl.constexpr):
     """``chunk_state_kernel`` and ``common.state_passing`` in one pass (``function._scan_states``): a program per
     (sequence, head, N block, P block) walks the sequence's chunks in order (REVERSE: from the last), stores the
     running state S entering the chunk (REVERSE: the dS leaving it) into st_ptr, then S ← e^{g_c}·S + the chunk's
     local term (``local_chunk_state``; g_ptr: (nchunks, H) total log-decay per chunk). Start: init_ptr (NS, H, P, N)
     or 0; end: final_ptr. The local terms never go to memory, where the two-pass form writes them, then reads and
     rewrites them: one fp32 state read and write less, at NS·H·(N/BN)·(P/BP) programs instead of
-    chunks·H·(N/BN)·(P/BP)."""
+    chunks·H·(N/BN)·(P/BP).
+
+    KEND (the reverse pass, ``SisoConfig.bwd_states16``; interleaved blocks): the pass also reads the fp32 state
+    entering each chunk (fwd_ptr, the backward's recomputed one), stores its block's share of e^{g_c}·⟨dS leaving c,
+    S entering c⟩ (a term of the decay gradient; kend_ptr: (blocks, nchunks, H), block stride kend_stride, summed by
+    ``decay_grad_kernel``) and that state rounded into the 16-bit fwd16_ptr, so that the per-chunk gradient kernels,
+    whose dots round both states to their 16-bit dtype anyway, read two 16-bit buffers (st_ptr is one then too)
+    instead of two fp32 ones."""
+    tl.static_assert(not (KEND and HALVES), "KEND: the 16-bit-dot path's interleaved blocks only")
     s, h, nb, p = state_block_program(H, N, P, BN, BP)
     first = tl.load(seq_table_ptr + s * 2).to(tl.int64)
     n = tl.load(seq_table_ptr + s * 2 + 1)
@@ -180,8 +189,13 @@ def chunk_state_scan_kernel(x_ptr, z_ptr, k_ptr, kb_ptr, coef_ptr, coef_plane, r
             la, lb = local_chunk_state(x_ptr, z_ptr, k_ptr, kb_ptr, coef_ptr, coef_plane, rot_ptr, rot_plane,
                                        table_ptr, c, h, nb, p, T, sx_t, sk_t, H, HPG, A, N, P, C, BN, BP, MODE, HAS_Z,
                                        HAS_BIAS, HALVES, DOT_DT, PREC)
-            store_state_block(st_ptr, (c * H + h) * P * N, xa, xb, p, nb, N, BN, HALVES)
             decay = fast_exp(tl.load(g_ptr + c * H + h))
+            if KEND:
+                sa, _ = load_state_block(fwd_ptr, (c * H + h) * P * N, p, nb, N, BN, False)
+                block = tl.program_id(0) % ((N // BN) * (P // BP))
+                tl.store(kend_ptr + block * kend_stride + c * H + h, decay * tl.sum(tl.sum(sa * xa, 1), 0))
+                store_state_block(fwd16_ptr, (c * H + h) * P * N, sa, sa, p, nb, N, BN, False)
+            store_state_block(st_ptr, (c * H + h) * P * N, xa, xb, p, nb, N, BN, HALVES)
             xa = decay * xa + la
             if HALVES:
                 xb = decay * xb + lb

@@ -15,7 +15,9 @@ planes, state passing, angle backward) have tiny dtype-independent tiles and are
 of ``SisoConfig.scan_states`` (the launcher's choice for large 16-bit grids on a device of known SM count, which an
 AOT target is not; forced for fp32) is compiled on the dispatcher's N = P = 128 tiles for bf16 and fp32 (its other
 kernels are the default ones, deduplicated), with ``SisoConfig.states16`` (the default): the bf16 forward's scan
-and output kernel then take a 16-bit state buffer, the backward's recompute the fp32 one.
+and output kernel then take a 16-bit state buffer, the backward's recompute the fp32 one; and once more for bf16
+with ``SisoConfig.bwd_states16`` (a candidate, off by default: the reverse scan with its ⟨dSe, S⟩ partials and
+16-bit copies, the per-chunk gradient kernels on 16-bit states).
 """
 from __future__ import annotations
 
@@ -28,25 +30,29 @@ from ..common.launch import recording
 from . import function as F
 
 
+_SCAN = dict(scan_states=True, states16=True)
+
+
 def _problem_classes(default_only: bool = False):
-    """(input dtype, explicit chunk or None, N, scan_states); default_only: only the dispatcher's own choices
-    (scan_states: the scan forced on the dispatcher's tiles, N = P = 128: an architecture's spec has no SM count, so
+    """(input dtype, explicit chunk or None, N, config changes); default_only: only the dispatcher's own choices
+    (the changes force the scan on the dispatcher's tiles, N = P = 128: an architecture's spec has no SM count, so
     the launcher's own rule, ``function._scan_states``, records the chunked path)."""
-    yield torch.bfloat16, None, 128, False
-    yield torch.float32, None, 128, False
+    yield torch.bfloat16, None, 128, {}
+    yield torch.float32, None, 128, {}
     if not default_only:
-        yield torch.float32, 64, 128, False
-        yield torch.bfloat16, None, 128, True
-        yield torch.float32, None, 128, True
-    yield torch.float32, None, 16, False
-    yield torch.bfloat16, None, 32, False
+        yield torch.float32, 64, 128, {}
+        yield torch.bfloat16, None, 128, _SCAN
+        yield torch.float32, None, 128, _SCAN
+        yield torch.bfloat16, None, 128, _SCAN | dict(bwd_states16=True)
+    yield torch.float32, None, 16, {}
+    yield torch.bfloat16, None, 32, {}
 
 
 _LIGHT = ("chunk_sums_kernel", "rotation_kernel", "state_passing_kernel", "angle_totals_kernel", "angle_bwd_kernel",
           "decay_grad_kernel", "trap_grad_kernel", "chunk_prefix_kernel")
 
 
-def _record(spec, dtype, chunk, dstate, scan_states=False):
+def _record(spec, dtype, chunk, dstate, changes):
     import dataclasses
 
     from mamba3.testing.inputs import siso_inputs
@@ -60,9 +66,9 @@ def _record(spec, dtype, chunk, dstate, scan_states=False):
     states = tuple(s.detach().requires_grad_(True) for s in args["input_states"])
     prev, prev_cfg = F._SPEC_OVERRIDE, F._CONFIG_OVERRIDE
     F._SPEC_OVERRIDE = spec
-    if scan_states:
+    if changes:
         F._CONFIG_OVERRIDE = dataclasses.replace(F.choose_config(spec, F.problem_for(args["q"], args["v"], chunk)),
-                                                 scan_states=True, states16=True)
+                                                 **changes)
     try:
         with recording() as rec:
             out, fs = F.siso_triton(args["q"], args["k"], args["v"], args["adt"], args["dt"], args["trap"],
@@ -79,8 +85,8 @@ def aot_launches(arch: int, *, default_only: bool = False) -> list[KernelLaunch]
     """default_only: leave out the problem classes with an explicit (caller-chosen) chunk size."""
     spec = arch_spec(arch)
     out, seen = [], set()
-    for dtype, chunk, dstate, scan_states in _problem_classes(default_only):
-        for kernel, grid, args, meta in _record(spec, dtype, chunk, dstate, scan_states):
+    for dtype, chunk, dstate, changes in _problem_classes(default_only):
+        for kernel, grid, args, meta in _record(spec, dtype, chunk, dstate, changes):
             sig = tuple(str(a.dtype) if isinstance(a, torch.Tensor) else type(a).__name__ for a in args)
             key = (kernel.fn.__name__, tuple(sorted((k, str(v)) for k, v in meta.items())), sig)
             if kernel.fn.__name__ in _LIGHT:
