@@ -67,25 +67,36 @@ def test_scan_states(feature, dtype, monkeypatch):
     _check(_case(dtype=DT[dtype], N=128, P=128, A=32, **FEATURES[feature]))
 
 
+def _same_as_fp32_buffers(args, flag, monkeypatch, reordered=()):
+    """Run ``args`` on the forced scan with the SisoConfig ``flag`` off, then on: the same output, final states and
+    gradients bit for bit (those in ``reordered``, sums taken in another order: within 1e-6), then the flag's run
+    within the bars against float64."""
+    from mamba3.ops.siso.check import force_config, siso_kernel
+    from mamba3.testing.compare import with_grads
+    from mamba3.testing.errors import rel_frobenius
+
+    force_config(monkeypatch, scan_states=True, **{flag: False})
+    want = with_grads(siso_kernel(None), args)
+    monkeypatch.undo()
+    force_config(monkeypatch, scan_states=True, **{flag: True})
+    got = with_grads(siso_kernel(None), args, want[3])
+    assert torch.equal(got[0], want[0]), f"output differs with {flag}"
+    assert all(torch.equal(a, b) for a, b in zip(got[1], want[1])), f"final states differ with {flag}"
+    for name in want[2]:
+        assert (got[2][name] is None) == (want[2][name] is None), name
+        if name in reordered:
+            assert rel_frobenius(got[2][name], want[2][name]) < 1e-6, name
+        else:
+            assert got[2][name] is None or torch.equal(got[2][name], want[2][name]), name
+    _check(args)
+
+
 @pytest.mark.parametrize("feature", ["base", "states", "varlen-states", "T-odd"])
 @pytest.mark.parametrize("dtype", ["bf16", "fp16"])
 def test_forward_states16(feature, dtype, monkeypatch):
     """``SisoConfig.states16`` (the forward's chunk states stored in the 16-bit dot dtype) on the forced scan: the
     same results as the fp32 state buffer, bit for bit, and within the bars against float64."""
-    from mamba3.ops.siso.check import force_config, siso_kernel
-    from mamba3.testing.compare import with_grads
-
-    args = _case(dtype=DT[dtype], N=128, P=128, A=32, **FEATURES[feature])
-    force_config(monkeypatch, scan_states=True, states16=False)
-    want = with_grads(siso_kernel(None), args)
-    monkeypatch.undo()
-    force_config(monkeypatch, scan_states=True, states16=True)
-    got = with_grads(siso_kernel(None), args, want[3])
-    assert torch.equal(got[0], want[0]), "output differs from the fp32 state buffer's"
-    for name in want[2]:
-        assert (got[2][name] is None) == (want[2][name] is None) and (
-            got[2][name] is None or torch.equal(got[2][name], want[2][name])), name
-    _check(args)
+    _same_as_fp32_buffers(_case(dtype=DT[dtype], N=128, P=128, A=32, **FEATURES[feature]), "states16", monkeypatch)
 
 
 @pytest.mark.parametrize("feature", ["base", "states", "varlen-states", "T-odd"])
@@ -94,24 +105,8 @@ def test_backward_states16(feature, dtype, monkeypatch):
     """``SisoConfig.bwd_states16`` (the reverse state scan forms ⟨dSe, S⟩ and leaves 16-bit S and dS for bwd_dv and
     bwd_dqk) on the forced scan: bit for bit the fp32 buffers' results but d adt (that sum in another order: within
     1e-6), and within the bars against float64."""
-    from mamba3.ops.siso.check import force_config, siso_kernel
-    from mamba3.testing.compare import with_grads
-    from mamba3.testing.errors import rel_frobenius
-
-    args = _case(dtype=DT[dtype], N=128, P=128, A=32, **FEATURES[feature])
-    force_config(monkeypatch, scan_states=True, bwd_states16=False)
-    want = with_grads(siso_kernel(None), args)
-    monkeypatch.undo()
-    force_config(monkeypatch, scan_states=True, bwd_states16=True)
-    got = with_grads(siso_kernel(None), args, want[3])
-    assert torch.equal(got[0], want[0]), "output differs from the fp32 state buffers'"
-    for name in want[2]:
-        if name == "adt":
-            assert rel_frobenius(got[2][name], want[2][name]) < 1e-6
-        else:
-            assert (got[2][name] is None) == (want[2][name] is None) and (
-                got[2][name] is None or torch.equal(got[2][name], want[2][name])), name
-    _check(args)
+    _same_as_fp32_buffers(_case(dtype=DT[dtype], N=128, P=128, A=32, **FEATURES[feature]), "bwd_states16",
+                          monkeypatch, reordered=("adt",))
 
 
 @pytest.mark.parametrize("dtype", ["bf16", "fp16"])
