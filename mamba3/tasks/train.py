@@ -274,7 +274,11 @@ def build_model(args, task: str) -> TaskModel:
 
 def load_checkpoint(path, map_location="cpu") -> TaskModel:
     """The model stored in a checkpoint written by :func:`train_run`."""
-    ck = torch.load(path, map_location=map_location, weights_only=True)
+    return model_from_checkpoint(torch.load(path, map_location=map_location, weights_only=True))
+
+
+def model_from_checkpoint(ck: dict) -> TaskModel:
+    """The model of a checkpoint dict already loaded (:func:`load_checkpoint` reads the file)."""
     model = TaskModel(**ck["config"])
     model.load_state_dict(ck["model"])
     return model
@@ -522,7 +526,7 @@ def run_eval(argv: list[str]) -> int:
     curves = []
     for path, ck in zip(a.checkpoints, cks):
         run, task = ck["args"], ck["task"]
-        model = load_checkpoint(path).to(device)
+        model = model_from_checkpoint(ck).to(device)
         lengths = ([int(x) for x in a.lengths.split(",")] if a.lengths else run["test_lens"] + [run["eval_len"]])
         n = a.n or run["n_test"]
         rows = rows_at_lengths(model, task, lengths, n, run["mult"], device, a.eval_batch)
