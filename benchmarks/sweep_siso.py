@@ -52,6 +52,10 @@ CANDIDATES = {
     # of spills gone, bwd_dqk unchanged); where the scan runs (the launcher's rule, or forced)
     "bf16-joined-c64-w4/8-bwd16": ("bf16", SisoConfig(64, 64, 64, 4, 8, 1, bwd_states16=True)),
     "bf16-joined-c64-w4/8-scan-bwd16": ("bf16", SisoConfig(64, 64, 64, 4, 8, 1, scan_states=True, bwd_states16=True)),
+    # bwd_dv hands M∘(dY Vᵀ) to bwd_dqk (SisoConfig.bwd_store_a1; P = bp only; thirty-eighth session, AOT sm_90 at
+    # N = 128, P = 64: bwd_dqk 488 → 252 B of spills, bwd_dv 20 → 32 B, both at 255 registers); alone and with bwd16
+    "bf16-joined-c64-w4/8-a1": ("bf16", SisoConfig(64, 64, 64, 4, 8, 1, bwd_store_a1=True)),
+    "bf16-joined-c64-w4/8-bwd16-a1": ("bf16", SisoConfig(64, 64, 64, 4, 8, 1, bwd_states16=True, bwd_store_a1=True)),
     "fp32-x3-c32-b32-w4/8": ("fp32", SisoConfig(32, 32, 32, 4, 8, 1, half_dots=False, halves=True,
                                                 fp32_prec="tf32x3")),
     "fp32-x3-c64-b32-w4/8": ("fp32", SisoConfig(64, 32, 32, 4, 8, 1, half_dots=False, halves=True,

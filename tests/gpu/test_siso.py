@@ -109,6 +109,15 @@ def test_backward_states16(feature, dtype, monkeypatch):
                           monkeypatch, reordered=("adt",))
 
 
+@pytest.mark.parametrize("feature", ["base", "states", "varlen-states", "T-odd"])
+@pytest.mark.parametrize("dtype", ["bf16", "fp16"])
+def test_backward_store_a1(feature, dtype, monkeypatch):
+    """``SisoConfig.bwd_store_a1`` (bwd_dv hands M∘(dY Vᵀ) to bwd_dqk; one P block: P = 64): the two kernels form
+    it from the same 16-bit operands with one C×C×P dot each, so bit for bit the results without it, and within the
+    bars against float64."""
+    _same_as_fp32_buffers(_case(dtype=DT[dtype], N=128, P=64, A=32, **FEATURES[feature]), "bwd_store_a1", monkeypatch)
+
+
 @pytest.mark.parametrize("dtype", ["bf16", "fp16"])
 def test_scan_states_chosen_on_full_grids(dtype, monkeypatch):
     """The launcher's own choice (``function._scan_states``) on a dense 16-bit batch of ≥ 1.5 scan programs per SM:

@@ -244,3 +244,44 @@ def test_siso_backward_states16(kw, monkeypatch):
             assert (g0[name] is None and g1[name] is None) or torch.equal(g0[name], g1[name]), name
     force_config(monkeypatch, scan_states=True, bwd_states16=True)
     run_and_compare(args, 16)
+
+
+@pytest.mark.parametrize("kw", [dict(dtype=torch.bfloat16, T=40, B=1, N=128, P=64, A=16, states=True),
+                                dict(dtype=torch.float16, T=50, B=1, N=64, P=64, A=16, cu=[0, 25, 50], Z=False)],
+                         ids=["bf16-states-2nblocks", "fp16-varlen-noZ"])
+def test_siso_backward_store_a1(kw, monkeypatch):
+    """``SisoConfig.bwd_store_a1``: bwd_dv stores M∘(dY Vᵀ) of each chunk and head in the dot dtype and bwd_dqk
+    loads it instead of forming it per N block. Both kernels form it from the same 16-bit operands in one dot over
+    P, so every result is bit-identical to the flag off, and all meet the float64 bars."""
+    import mamba3.ops.siso.function as F
+    from mamba3.ops.siso.check import force_config
+    from mamba3.testing.compare import with_grads
+
+    args = make_case(**kw)
+    seen = []
+    launch = F.launch
+
+    def record(kernel, grid, *a, **meta):
+        if kernel.fn.__name__ == "bwd_dv_kernel":
+            seen.append(("dv", meta["STORE_A1"], a[22].shape))
+        if kernel.fn.__name__ == "bwd_dqk_kernel":
+            seen.append(("dqk", meta["LOAD_A1"], a[18].shape))
+        launch(kernel, grid, *a, **meta)
+
+    runs, upstream = {}, None
+    for flag in (False, True):
+        force_config(monkeypatch, bwd_store_a1=flag)
+        monkeypatch.setattr(F, "launch", record)
+        runs[flag] = with_grads(siso_kernel(16), args, upstream)
+        upstream = runs[flag][3]
+        monkeypatch.undo()
+    nchunks = sum(-(-(b - a) // 16) for a, b in zip(kw["cu"][:-1], kw["cu"][1:])) if "cu" in kw else -(-kw["T"] // 16)
+    a1_shape = torch.Size([nchunks, 2, 16, 16])
+    assert [s[:2] for s in seen] == [("dv", False), ("dqk", False), ("dv", True), ("dqk", True)], seen
+    assert seen[2][2] == seen[3][2] == a1_shape, seen
+    (out0, fin0, g0, _), (out1, fin1, g1, _) = runs[False], runs[True]
+    assert torch.equal(out0, out1) and all(torch.equal(a, b) for a, b in zip(fin0, fin1))
+    for name in g0:
+        assert (g0[name] is None and g1[name] is None) or torch.equal(g0[name], g1[name]), name
+    force_config(monkeypatch, bwd_store_a1=True)
+    run_and_compare(args, 16)

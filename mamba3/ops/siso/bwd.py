@@ -34,13 +34,16 @@ from .fwd import rotated_qk_block, rotated_qk_halves, state_halves
 @triton.jit(do_not_specialize=["T", "NB_B", "sd_n", "rot_plane", "coef_plane"])
 def bwd_dv_kernel(q_ptr, k_ptr, v_ptr, z_ptr, do_ptr, dv_ptr, dz_ptr, dy_ptr, qb_ptr, kb_ptr, d_ptr, coef_ptr,
                   coef_plane, rot_ptr, rot_plane, st_ptr, dst_ptr, ddp_ptr, dgam_ptr, gcs_ptr, bterm_ptr, kend_ptr,
-                  table_ptr,
+                  a1_ptr, table_ptr,
                   T, NB_B, sd_n, sq_t, sv_t, H, HPG, A,
                   N: tl.constexpr, P: tl.constexpr, C: tl.constexpr, BN: tl.constexpr, BP: tl.constexpr,
                   HAS_Z: tl.constexpr, HAS_D: tl.constexpr, HAS_BIAS: tl.constexpr,
-                  HALVES: tl.constexpr, DOT_DT: tl.constexpr, PREC: tl.constexpr, KEND: tl.constexpr):
+                  HALVES: tl.constexpr, DOT_DT: tl.constexpr, PREC: tl.constexpr, KEND: tl.constexpr,
+                  STORE_A1: tl.constexpr):
     # KEND: this kernel forms e^{cs_L}⟨dSe, S⟩ from fp32 states; without it the reverse state scan did
-    # (``SisoConfig.bwd_states16``) and st / dst are 16-bit copies (the dots round them to DOT_DT anyway)
+    # (``SisoConfig.bwd_states16``) and st / dst are 16-bit copies (the dots round them to DOT_DT anyway).
+    # STORE_A1 (``SisoConfig.bwd_store_a1``; one P block, 16-bit dots): M∘(dY Vᵀ) of the chunk and head, in DOT_DT,
+    # for bwd_dqk, which would otherwise form it again for every N block
     sq_b, sv_b, s_h, s_b, _ = batch_strides(T, H, sq_t, sv_t, 0)
     sp_n = NB_B * s_b
     # 1-D grid, chunk-major then head then P block (fastest): concurrent CTAs share the DRAM rows of v/z/dO
@@ -106,7 +109,8 @@ def bwd_dv_kernel(q_ptr, k_ptr, v_ptr, z_ptr, do_ptr, dv_ptr, dz_ptr, dy_ptr, qb
         dy = do
     diff = cs[:, None] - cs[None, :]
     causal = i[None, :] < i[:, None]
-    mm = tl.where(causal, fast_exp(tl.minimum(diff, 0.0)), 0.0) * acc_qk  # [C, C]
+    decay = tl.where(causal, fast_exp(tl.minimum(diff, 0.0)), 0.0)  # M [C, C]
+    mm = decay * acc_qk
     diag = gamma * qk
     if HAS_D:
         diag += tl.load(d_ptr + h).to(tl.float32)
@@ -125,7 +129,11 @@ def bwd_dv_kernel(q_ptr, k_ptr, v_ptr, z_ptr, do_ptr, dv_ptr, dz_ptr, dy_ptr, qb
     dbase = bidx * s_b + h * s_h
     tl.store(dgam_ptr + part + dbase + t, dyv * qk, mask=m)
     # intra-chunk decay terms: W = M∘(Q̃KKᵀ)∘(dY Vᵀ); d/dcs_i gets row sums minus column sums
-    w = mm * tl.dot(dyd, tl.trans(v.to(DOT_DT)), input_precision=PREC)  # [C, C]
+    dyvt = tl.dot(dyd, tl.trans(v.to(DOT_DT)), input_precision=PREC)  # [C, C]
+    w = mm * dyvt
+    if STORE_A1:  # bwd_dqk's a1, the same expression (its dot rounds it to DOT_DT)
+        a1 = decay * dyvt
+        tl.store(a1_ptr + ((c * H + h) * C + i[:, None]) * C + i[None, :], a1.to(a1_ptr.dtype.element_ty))
     bterm = rev * tl.sum(vf * acc_kd, 1)
     gcs = ecs * tl.sum(dy * acc_qs, 1) + tl.sum(w, 1) - tl.sum(w, 0)
     # the within-chunk scans that turn these into d adt are decay_grad_kernel's (in this kernel they were masked C×C
@@ -220,11 +228,13 @@ def exact_dot(a, b, DT: tl.constexpr, PREC: tl.constexpr):
 
 @triton.jit(do_not_specialize=["T", "NB_B", "rot_plane", "coef_plane"])
 def bwd_dqk_kernel(q_ptr, k_ptr, v_ptr, dy_ptr, dq_ptr, dk_ptr, qb_ptr, kb_ptr, coef_ptr, coef_plane,
-                   rot_ptr, rot_plane, st_ptr, dst_ptr, dsc_ptr, dbq_ptr, dbk_ptr, r_ptr, table_ptr,
+                   rot_ptr, rot_plane, st_ptr, dst_ptr, dsc_ptr, dbq_ptr, dbk_ptr, r_ptr, a1_ptr, table_ptr,
                    T, NB_B, sq_t, sv_t, H, HPG, HS, A,
                    N: tl.constexpr, P: tl.constexpr, C: tl.constexpr, BN: tl.constexpr, BP: tl.constexpr,
                    HAS_BIAS: tl.constexpr,
-                   HALVES: tl.constexpr, DOT_DT: tl.constexpr, PREC: tl.constexpr):
+                   HALVES: tl.constexpr, DOT_DT: tl.constexpr, PREC: tl.constexpr, LOAD_A1: tl.constexpr):
+    # LOAD_A1 (16-bit dots only): M∘(dY Vᵀ) comes from bwd_dv (``SisoConfig.bwd_store_a1``), not from a C×C×P dot
+    # and the decay mask here, once per head and N block
     sq_b, sv_b, s_h, s_b, _ = batch_strides(T, H, sq_t, sv_t, 0)
     sc_n = NB_B * s_b
     # 1-D grid: chunk, then group, then head split, then N block (fastest). The HPG heads of a group are split
@@ -276,7 +286,8 @@ def bwd_dqk_kernel(q_ptr, k_ptr, v_ptr, dy_ptr, dq_ptr, dk_ptr, qb_ptr, kb_ptr, 
             dyv += tl.sum(dy * v.to(tl.float32), 1)
             dyd = dy.to(DOT_DT)
             vd = v.to(DOT_DT)
-            dyvt += tl.dot(dyd, tl.trans(vd), input_precision=PREC)
+            if not LOAD_A1:
+                dyvt += tl.dot(dyd, tl.trans(vd), input_precision=PREC)
             if HALVES:
                 dyvt_t += tl.dot(vd, tl.trans(dyd), input_precision=PREC)
                 se, so = state_halves(st_ptr, sbase, p, nb, N, BN)
@@ -292,7 +303,8 @@ def bwd_dqk_kernel(q_ptr, k_ptr, v_ptr, dy_ptr, dq_ptr, dk_ptr, qb_ptr, kb_ptr, 
                 dk_in += tl.dot(vd, dse, input_precision=PREC)
         dqk = gamma * dyv
         diff = cs[:, None] - cs[None, :]
-        a1 = tl.where(i[None, :] < i[:, None], fast_exp(tl.minimum(diff, 0.0)), 0.0) * dyvt
+        if not LOAD_A1:
+            a1 = tl.where(i[None, :] < i[:, None], fast_exp(tl.minimum(diff, 0.0)), 0.0) * dyvt
         # the group's q/k rows are re-read for every head (L1/L2 hits) instead of held across the head loop:
         # 32 fewer live registers per thread at 8 warps
         qe, qo = load_pairs(q_ptr, qrow, m, nb * BN, C, BN, HALVES)
@@ -317,7 +329,10 @@ def bwd_dqk_kernel(q_ptr, k_ptr, v_ptr, dy_ptr, dq_ptr, dk_ptr, qb_ptr, kb_ptr, 
             # 16-bit dots on interleaved pair tiles; q̃ and k̃·scale split into hi + lo (exact_dot). Splitting
             # (M∘dY Vᵀ) and the states as well gained little (3.4e-3 against 4.3e-3 for dθ) and nearly doubled the
             # register spills (AOT, sm_90: 1084 against 580 bytes).
-            ad = a1.to(DOT_DT)
+            if LOAD_A1:
+                ad = tl.load(a1_ptr + ((c * H + h) * C + i[:, None]) * C + i[None, :])
+            else:
+                ad = a1.to(DOT_DT)
             dqr = ecs[:, None] * dq_in + exact_dot(ad, join_pairs(kre, kro, C, BN) * scale[:, None], DOT_DT, PREC)
             dkk = exact_dot(tl.trans(ad), join_pairs(qre, qro, C, BN), DOT_DT, PREC) + rev[:, None] * dk_in
             dqe, dqo = split_pairs(dqr, C, BH)

@@ -88,6 +88,12 @@ class SisoConfig:
     # dot dtype anyway: results bit-identical but for that sum's order; B8 T4096 H32 N128 P64 backward state
     # traffic 3.22 → 2.68 GB (fp32 S written, read by the scan; S16 and dS16 written once, read twice).
     bwd_states16: bool = False
+    # Candidate (off; not timed yet): on the 16-bit-dot path with one P block (P = bp), bwd_dv stores M∘(dY Vᵀ) of
+    # each chunk and head in the dot dtype (it forms dY Vᵀ for the decay gradient anyway) and bwd_dqk loads it
+    # instead of a C×C×P dot and the C×C decay mask per head and N block. Bit-identical where the two kernels' dots
+    # sum in the same order (bwd_dqk rounds it to the dot dtype before its dots); B8 T4096 H32: 134 MB more written
+    # and read twice (once per N block), one of bwd_dqk's seven 64³ dots and its C×C exponentials gone.
+    bwd_store_a1: bool = False
 
     def __post_init__(self):
         if self.halves and self.half_dots:

@@ -153,6 +153,12 @@ def _bwd_states16(ctx) -> bool:
                 and _scan_states(ctx, ctx.chunks.nseq * ctx.H * _state_blocks(ctx)))
 
 
+def _bwd_store_a1(ctx) -> bool:
+    """Whether bwd_dv hands M∘(dY Vᵀ) to bwd_dqk (``SisoConfig.bwd_store_a1``): 16-bit dots on interleaved pairs
+    with one P block, where bwd_dv forms the whole C×C product in one program."""
+    return bool(ctx.cfg.bwd_store_a1 and ctx.dot_dt != tl.float32 and not ctx.cfg.halves and ctx.P == ctx.cfg.bp)
+
+
 def _chunk_states(ctx, mode, x, z, k, k_bias, coef, rot, plane, gsum, init, final, for_output=False, kend=None):
     """MODE 0: the state entering every chunk (nchunks, H, P, N; computed in fp32), from init (NS, H, P, N, or None
     for 0), final state into ``final`` (fp32); MODE 1 (x = dO, z, k = q): the fp32 dS leaving every chunk, the pass
@@ -271,14 +277,16 @@ def _backward(c, tensors, input_states, dout, dfa, dfssm, off=None):
     # which keeps fp32 (dO·silu(z) may overflow fp16 where dO and z do not)
     dy_dtype = torch.float32 if dout.dtype == torch.float16 else dout.dtype
     dy = torch.empty_like(dout, dtype=dy_dtype) if z is not None else dout
+    store_a1 = _bwd_store_a1(c)
+    a1 = torch.empty(ch.nchunks, H, cfg.chunk, cfg.chunk, device=dev, dtype=v.dtype) if store_a1 else dy
     launch(bwd_dv_kernel, (ch.nchunks * H * npb,), 
         q, k, v, z if z is not None else v, dout, dv, dz if dz is not None else dv, dy,
         q_bias if q_bias is not None else q, k_bias if k_bias is not None else k, D if D is not None else v,
-        coef, coef.stride(0), rot, plane, st, dst, ddp, dgam, gcs, bterm, kend,
+        coef, coef.stride(0), rot, plane, st, dst, ddp, dgam, gcs, bterm, kend, a1,
         ch.chunk_table, T, B, ddp.stride(0), c.sq_t, c.sv_t, H, c.HPG, A,
         N=N, P=P, C=cfg.chunk, BN=cfg.bn, BP=cfg.bp, HAS_Z=z is not None, HAS_D=D is not None,
         HAS_BIAS=q_bias is not None, HALVES=cfg.halves, DOT_DT=c.dot_dt, PREC=c.prec, KEND=not bwd16,
-        num_warps=cfg.warps_bwd, num_stages=cfg.stages)
+        STORE_A1=store_a1, num_warps=cfg.warps_bwd, num_stages=cfg.stages)
     dadt = torch.empty(B, H, T, device=dev, dtype=torch.float32)  # every token is written
     launch(decay_grad_kernel, (ch.nchunks * H,), gcs, bterm, kend, dadt, ch.chunk_table, T, B, kend.stride(0), H,
            NPB=npb, NKE=kend.shape[0], C=cfg.chunk, num_warps=1)
@@ -297,11 +305,12 @@ def _backward(c, tensors, input_states, dout, dfa, dfssm, off=None):
     R = torch.empty(B, T, H, max(A, 1), device=dev, dtype=torch.float32)  # every (token, angle) is written
     launch(bwd_dqk_kernel, (ch.nchunks * c.G * hs * nbk,), 
         q, k, v, dy, dq, dk, q_bias if has_bias else q, k_bias if has_bias else k,
-        coef, coef.stride(0), rot, plane, st, dst, dsc, dbq, dbk, R,
+        coef, coef.stride(0), rot, plane, st, dst, dsc, dbq, dbk, R, a1,
         ch.chunk_table, T, B, c.sq_t, c.sv_t, H, c.HPG, hs, A,
         N=N, P=P, C=cfg.chunk, BN=cfg.bn, BP=cfg.bp, HAS_BIAS=has_bias,
-        HALVES=cfg.halves, DOT_DT=c.dot_dt, PREC=c.prec, num_warps=cfg.warps_bwd, num_stages=cfg.stages)
-    del st, dst, rot, dy
+        HALVES=cfg.halves, DOT_DT=c.dot_dt, PREC=c.prec, LOAD_A1=store_a1, num_warps=cfg.warps_bwd,
+        num_stages=cfg.stages)
+    del st, dst, rot, dy, a1
     if hs > 1:
         dq, dk = dq.sum(0).to(q.dtype), dk.sum(0).to(k.dtype)
     # angle path (adds the cross-chunk part of dθ)

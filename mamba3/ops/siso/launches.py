@@ -17,7 +17,8 @@ AOT target is not; forced for fp32) is compiled on the dispatcher's N = P = 128 
 kernels are the default ones, deduplicated), with ``SisoConfig.states16`` (the default): the bf16 forward's scan
 and output kernel then take a 16-bit state buffer, the backward's recompute the fp32 one; and once more for bf16
 with ``SisoConfig.bwd_states16`` (a candidate, off by default: the reverse scan with its ⟨dSe, S⟩ partials and
-16-bit copies, the per-chunk gradient kernels on 16-bit states).
+16-bit copies, the per-chunk gradient kernels on 16-bit states). The candidate ``SisoConfig.bwd_store_a1`` (bwd_dv
+hands M∘(dY Vᵀ) to bwd_dqk) acts with one P block only, so its class is bf16 at N = 128, P = 64.
 """
 from __future__ import annotations
 
@@ -34,7 +35,7 @@ _SCAN = dict(scan_states=True, states16=True)
 
 
 def _problem_classes(default_only: bool = False):
-    """(input dtype, explicit chunk or None, N, config changes); default_only: only the dispatcher's own choices
+    """(input dtype, explicit chunk or None, N, config changes[, P = 128]); default_only: only the dispatcher's own choices
     (the changes force the scan on the dispatcher's tiles, N = P = 128: an architecture's spec has no SM count, so
     the launcher's own rule, ``function._scan_states``, records the chunked path)."""
     yield torch.bfloat16, None, 128, {}
@@ -44,6 +45,7 @@ def _problem_classes(default_only: bool = False):
         yield torch.bfloat16, None, 128, _SCAN
         yield torch.float32, None, 128, _SCAN
         yield torch.bfloat16, None, 128, _SCAN | dict(bwd_states16=True)
+        yield torch.bfloat16, None, 128, dict(bwd_store_a1=True), 64
     yield torch.float32, None, 16, {}
     yield torch.bfloat16, None, 32, {}
 
@@ -52,12 +54,12 @@ _LIGHT = ("chunk_sums_kernel", "rotation_kernel", "state_passing_kernel", "angle
           "decay_grad_kernel", "trap_grad_kernel", "chunk_prefix_kernel")
 
 
-def _record(spec, dtype, chunk, dstate, changes):
+def _record(spec, dtype, chunk, dstate, changes, headdim=128):
     import dataclasses
 
     from mamba3.testing.inputs import siso_inputs
 
-    args = siso_inputs(bsz=2, seqlen=256, nheads=2, ngroups=1, dstate=dstate, headdim=128,
+    args = siso_inputs(bsz=2, seqlen=256, nheads=2, ngroups=1, dstate=dstate, headdim=headdim,
                        nangles=min(32, dstate // 2), dtype=dtype, states=True, with_D=True, with_z=True)
     leaves = []
     for name in ("q", "k", "v", "adt", "dt", "trap", "q_bias", "k_bias", "angles", "D", "z"):
@@ -85,8 +87,8 @@ def aot_launches(arch: int, *, default_only: bool = False) -> list[KernelLaunch]
     """default_only: leave out the problem classes with an explicit (caller-chosen) chunk size."""
     spec = arch_spec(arch)
     out, seen = [], set()
-    for dtype, chunk, dstate, changes in _problem_classes(default_only):
-        for kernel, grid, args, meta in _record(spec, dtype, chunk, dstate, changes):
+    for problem in _problem_classes(default_only):
+        for kernel, grid, args, meta in _record(spec, *problem):
             sig = tuple(str(a.dtype) if isinstance(a, torch.Tensor) else type(a).__name__ for a in args)
             key = (kernel.fn.__name__, tuple(sorted((k, str(v)) for k, v in meta.items())), sig)
             if kernel.fn.__name__ in _LIGHT:
@@ -96,6 +98,6 @@ def aot_launches(arch: int, *, default_only: bool = False) -> list[KernelLaunch]
             seen.add(key)
             short = {k: v for k, v in meta.items() if k in ("C", "BN", "BP", "MODE", "num_warps", "num_stages", "BLOCK")}
             tag = "-".join(f"{k}{v}" for k, v in short.items())
-            name = f"{kernel.fn.__name__}-{str(dtype).replace('torch.', '')}-{tag}"
+            name = f"{kernel.fn.__name__}-{str(problem[0]).replace('torch.', '')}-{tag}"
             out.append(KernelLaunch(name=name, kernel=kernel, args=tuple(args), meta=dict(meta)))
     return out
