@@ -47,15 +47,13 @@ CANDIDATES = {
     # the forward's chunk states in fp32 where the scan runs (before SisoConfig.states16 became the default: half the
     # state traffic of the scan's stores and the output kernel's loads; bit-identical results)
     "bf16-joined-c64-w4/8-states32": ("bf16", SisoConfig(64, 64, 64, 4, 8, 1, states16=False)),
-    # the backward's per-chunk kernels on 16-bit copies of S and dS, ⟨dSe, S⟩ in the reverse scan (SisoConfig.
-    # bwd_states16; thirty-seventh session, AOT sm_90: scan MODE 1 246 → 254 registers, bwd_dv 255 → 251 and its 8 B
-    # of spills gone, bwd_dqk unchanged); where the scan runs (the launcher's rule, or forced)
-    "bf16-joined-c64-w4/8-bwd16": ("bf16", SisoConfig(64, 64, 64, 4, 8, 1, bwd_states16=True)),
-    "bf16-joined-c64-w4/8-scan-bwd16": ("bf16", SisoConfig(64, 64, 64, 4, 8, 1, scan_states=True, bwd_states16=True)),
-    # bwd_dv hands M∘(dY Vᵀ) to bwd_dqk (SisoConfig.bwd_store_a1; P = bp only; thirty-eighth session, AOT sm_90 at
-    # N = 128, P = 64: bwd_dqk 488 → 252 B of spills, bwd_dv 20 → 32 B, both at 255 registers); alone and with bwd16
-    "bf16-joined-c64-w4/8-a1": ("bf16", SisoConfig(64, 64, 64, 4, 8, 1, bwd_store_a1=True)),
-    "bf16-joined-c64-w4/8-bwd16-a1": ("bf16", SisoConfig(64, 64, 64, 4, 8, 1, bwd_states16=True, bwd_store_a1=True)),
+    # the thirty-seventh session's backward (both now-default flags off): per-chunk kernels on the fp32 S and dS, ⟨dSe,
+    # S⟩ in bwd_dv (SisoConfig.bwd_states16), and bwd_dqk forming M∘(dY Vᵀ) itself per N block (bwd_store_a1); each
+    # flag alone off. H100, B8 T4096 (thirty-eighth session, one run each): fwd+bwd both off / bwd16 only / a1 only /
+    # both 6.809 / 6.715 / 6.482 / 6.394 ms
+    "bf16-joined-c64-w4/8-bwd32": ("bf16", SisoConfig(64, 64, 64, 4, 8, 1, bwd_states16=False, bwd_store_a1=False)),
+    "bf16-joined-c64-w4/8-bwd32-a1": ("bf16", SisoConfig(64, 64, 64, 4, 8, 1, bwd_states16=False)),
+    "bf16-joined-c64-w4/8-no-a1": ("bf16", SisoConfig(64, 64, 64, 4, 8, 1, bwd_store_a1=False)),
     "fp32-x3-c32-b32-w4/8": ("fp32", SisoConfig(32, 32, 32, 4, 8, 1, half_dots=False, halves=True,
                                                 fp32_prec="tf32x3")),
     "fp32-x3-c64-b32-w4/8": ("fp32", SisoConfig(64, 32, 32, 4, 8, 1, half_dots=False, halves=True,

@@ -82,18 +82,22 @@ class SisoConfig:
     # H200, B8 T4096 (twenty-first session, sweep_siso.py, fp32 / 16-bit / fp32 states in one run): forward 1.236 /
     # 1.170 / 1.238 ms, forward+backward 6.520 / 6.429 / 6.503 (the scan kernels 1.236 → 1.182, output 0.633 → 0.624).
     states16: bool = True
-    # Candidate (off; not timed yet): where the backward's state passes run as scans on the 16-bit-dot path, the
-    # reverse scan also forms the decay gradient's e^{cs_L}⟨dSe, S⟩ from the recomputed fp32 states (bwd_dv's only
-    # fp32 use of them) and leaves 16-bit copies of S and dS for bwd_dv and bwd_dqk, whose dots round both to the
-    # dot dtype anyway: results bit-identical but for that sum's order; B8 T4096 H32 N128 P64 backward state
-    # traffic 3.22 → 2.68 GB (fp32 S written, read by the scan; S16 and dS16 written once, read twice).
-    bwd_states16: bool = False
-    # Candidate (off; not timed yet): on the 16-bit-dot path with one P block (P = bp), bwd_dv stores M∘(dY Vᵀ) of
-    # each chunk and head in the dot dtype (it forms dY Vᵀ for the decay gradient anyway) and bwd_dqk loads it
-    # instead of a C×C×P dot and the C×C decay mask per head and N block. Bit-identical where the two kernels' dots
-    # sum in the same order (bwd_dqk rounds it to the dot dtype before its dots); B8 T4096 H32: 134 MB more written
-    # and read twice (once per N block), one of bwd_dqk's seven 64³ dots and its C×C exponentials gone.
-    bwd_store_a1: bool = False
+    # Where the backward's state passes run as scans on the 16-bit-dot path, the reverse scan also forms the decay
+    # gradient's e^{cs_L}⟨dSe, S⟩ from the recomputed fp32 states (bwd_dv's only fp32 use of them) and leaves 16-bit
+    # copies of S and dS for bwd_dv and bwd_dqk, whose dots round both to the dot dtype anyway: results bit-identical
+    # but for that sum's order; B8 T4096 H32 N128 P64 backward state traffic 3.22 → 2.68 GB (fp32 S written, read by
+    # the scan; S16 and dS16 written once, read twice). H100, B8 T4096 bf16 (thirty-eighth session, sweep_siso.py,
+    # one run each; kernels' CUDA time): bwd_dv 1.647 → 1.417 ms, bwd_dqk 2.335 → 2.245, the three scans 1.372 →
+    # 1.574; forward+backward 6.809 → 6.715 alone, 6.482 → 6.394 beside bwd_store_a1.
+    bwd_states16: bool = True
+    # On the 16-bit-dot path with one P block (P = bp), bwd_dv stores M∘(dY Vᵀ) of each chunk and head in the dot
+    # dtype (it forms dY Vᵀ for the decay gradient anyway) and bwd_dqk loads it instead of a C×C×P dot and the C×C
+    # decay mask per head and N block. Bit-identical (the same 16-bit operands in one dot over P in both kernels;
+    # bwd_dqk rounds it to the dot dtype before its dots; checked on the H100 too); B8 T4096 H32: 134 MB more written
+    # and read twice (once per N block), one of bwd_dqk's seven 64³ dots and its C×C exponentials gone. AOT sm_90 at
+    # N = 128, P = 64: bwd_dqk's spill stores 488 → 252 B. H100, same run: bwd_dqk 2.335 → 2.006 ms, forward+backward
+    # 6.809 → 6.482 alone, 6.715 → 6.394 beside bwd_states16.
+    bwd_store_a1: bool = True
 
     def __post_init__(self):
         if self.halves and self.half_dots:

@@ -14,11 +14,11 @@ bp×bn or C×C, and each path's largest chunk is compiled. The four light kernel
 planes, state passing, angle backward) have tiny dtype-independent tiles and are compiled once. The scan
 of ``SisoConfig.scan_states`` (the launcher's choice for large 16-bit grids on a device of known SM count, which an
 AOT target is not; forced for fp32) is compiled on the dispatcher's N = P = 128 tiles for bf16 and fp32 (its other
-kernels are the default ones, deduplicated), with ``SisoConfig.states16`` (the default): the bf16 forward's scan
-and output kernel then take a 16-bit state buffer, the backward's recompute the fp32 one; and once more for bf16
-with ``SisoConfig.bwd_states16`` (a candidate, off by default: the reverse scan with its ⟨dSe, S⟩ partials and
-16-bit copies, the per-chunk gradient kernels on 16-bit states). The candidate ``SisoConfig.bwd_store_a1`` (bwd_dv
-hands M∘(dY Vᵀ) to bwd_dqk) acts with one P block only, so its class is bf16 at N = 128, P = 64.
+kernels are the default ones, deduplicated), with ``SisoConfig.states16`` and ``bwd_states16`` (the defaults): the
+bf16 forward's scan and output kernel then take a 16-bit state buffer, the backward's recompute the fp32 one, and
+the reverse scan forms its ⟨dSe, S⟩ partials and 16-bit copies of S and dS for the per-chunk gradient kernels.
+``SisoConfig.bwd_store_a1`` (the default: bwd_dv hands M∘(dY Vᵀ) to bwd_dqk) acts with one P block only, so bf16 at
+N = 128, P = 64 is a class of its own (the dispatcher's choice there).
 """
 from __future__ import annotations
 
@@ -35,17 +35,16 @@ _SCAN = dict(scan_states=True, states16=True)
 
 
 def _problem_classes(default_only: bool = False):
-    """(input dtype, explicit chunk or None, N, config changes[, P = 128]); default_only: only the dispatcher's own choices
-    (the changes force the scan on the dispatcher's tiles, N = P = 128: an architecture's spec has no SM count, so
-    the launcher's own rule, ``function._scan_states``, records the chunked path)."""
+    """(input dtype, explicit chunk or None, N, config changes[, P = 128]); default_only: only the dispatcher's own
+    choices (the changes force the scan on the dispatcher's tiles, N = P = 128: an architecture's spec has no SM
+    count, so the launcher's own rule, ``function._scan_states``, records the chunked path)."""
     yield torch.bfloat16, None, 128, {}
     yield torch.float32, None, 128, {}
+    yield torch.bfloat16, None, 128, {}, 64
     if not default_only:
         yield torch.float32, 64, 128, {}
         yield torch.bfloat16, None, 128, _SCAN
         yield torch.float32, None, 128, _SCAN
-        yield torch.bfloat16, None, 128, _SCAN | dict(bwd_states16=True)
-        yield torch.bfloat16, None, 128, dict(bwd_store_a1=True), 64
     yield torch.float32, None, 16, {}
     yield torch.bfloat16, None, 32, {}
 
