@@ -523,6 +523,7 @@ def run_eval(argv: list[str]) -> int:
     if a.plot and len(tasks) > 1:
         p.error(f"--plot draws checkpoints of one task, not {', '.join(sorted(tasks))}")
     device = resolve_device(a.device)
+    pooled_range = parse_range(a.pooled) if a.pooled else None
     curves = []
     for path, ck in zip(a.checkpoints, cks):
         run, task = ck["args"], ck["task"]
@@ -537,8 +538,8 @@ def run_eval(argv: list[str]) -> int:
         print("| scaled accuracy (%) | " + " | ".join(f"{100 * v['scaled']:.2f}" for v in test.values()) + " |")
         if a.by_depth:
             print(accuracy_by_depth(task, rows))
-        if a.pooled:
-            lo, hi = parse_range(a.pooled)
+        if pooled_range:
+            lo, hi = pooled_range
             pooled = pooled_results(model, task, lo, hi, n, run["mult"], device, a.eval_batch)
             print(f"\nscaled accuracy pooled over {pooled['n']} strings of lengths uniform in [{lo}, {hi}]: "
                   f"{100 * pooled['scaled']:.2f} %")

@@ -67,7 +67,7 @@ def test_scan_states(feature, dtype, monkeypatch):
     _check(_case(dtype=DT[dtype], N=128, P=128, A=32, **FEATURES[feature]))
 
 
-def _same_as_fp32_buffers(args, flag, monkeypatch, reordered=()):
+def _same_with_flag_on(args, flag, monkeypatch, reordered=()):
     """Run ``args`` on the forced scan with the SisoConfig ``flag`` off, then on: the same output, final states and
     gradients bit for bit (those in ``reordered``, sums taken in another order: within 1e-6), then the flag's run
     within the bars against float64."""
@@ -96,7 +96,7 @@ def _same_as_fp32_buffers(args, flag, monkeypatch, reordered=()):
 def test_forward_states16(feature, dtype, monkeypatch):
     """``SisoConfig.states16`` (the forward's chunk states stored in the 16-bit dot dtype) on the forced scan: the
     same results as the fp32 state buffer, bit for bit, and within the bars against float64."""
-    _same_as_fp32_buffers(_case(dtype=DT[dtype], N=128, P=128, A=32, **FEATURES[feature]), "states16", monkeypatch)
+    _same_with_flag_on(_case(dtype=DT[dtype], N=128, P=128, A=32, **FEATURES[feature]), "states16", monkeypatch)
 
 
 @pytest.mark.parametrize("feature", ["base", "states", "varlen-states", "T-odd"])
@@ -105,7 +105,7 @@ def test_backward_states16(feature, dtype, monkeypatch):
     """``SisoConfig.bwd_states16`` (the reverse state scan forms ⟨dSe, S⟩ and leaves 16-bit S and dS for bwd_dv and
     bwd_dqk) on the forced scan: bit for bit the fp32 buffers' results but d adt (that sum in another order: within
     1e-6), and within the bars against float64."""
-    _same_as_fp32_buffers(_case(dtype=DT[dtype], N=128, P=128, A=32, **FEATURES[feature]), "bwd_states16",
+    _same_with_flag_on(_case(dtype=DT[dtype], N=128, P=128, A=32, **FEATURES[feature]), "bwd_states16",
                           monkeypatch, reordered=("adt",))
 
 
@@ -115,7 +115,7 @@ def test_backward_store_a1(feature, dtype, monkeypatch):
     """``SisoConfig.bwd_store_a1`` (bwd_dv hands M∘(dY Vᵀ) to bwd_dqk; one P block: P = 64): the two kernels form
     it from the same 16-bit operands with one C×C×P dot each, so bit for bit the results without it, and within the
     bars against float64."""
-    _same_as_fp32_buffers(_case(dtype=DT[dtype], N=128, P=64, A=32, **FEATURES[feature]), "bwd_store_a1", monkeypatch)
+    _same_with_flag_on(_case(dtype=DT[dtype], N=128, P=64, A=32, **FEATURES[feature]), "bwd_store_a1", monkeypatch)
 
 
 @pytest.mark.parametrize("dtype", ["bf16", "fp16"])

@@ -31,6 +31,13 @@ from ..common.tiles import (add_bias_pairs, batch_strides, chunk_row, chunk_coef
 from .fwd import rotated_qk_block, rotated_qk_halves, state_halves
 
 
+@triton.jit
+def a1_offsets(c, h, H, i, C: tl.constexpr):
+    """Element offsets of the C×C tile of chunk c, head h in the (nchunks, H, C, C) buffer of M∘(dY Vᵀ) that bwd_dv
+    stores and bwd_dqk loads (``SisoConfig.bwd_store_a1``); i = tl.arange(0, C)."""
+    return ((c * H + h) * C + i[:, None]) * C + i[None, :]
+
+
 @triton.jit(do_not_specialize=["T", "NB_B", "sd_n", "rot_plane", "coef_plane"])
 def bwd_dv_kernel(q_ptr, k_ptr, v_ptr, z_ptr, do_ptr, dv_ptr, dz_ptr, dy_ptr, qb_ptr, kb_ptr, d_ptr, coef_ptr,
                   coef_plane, rot_ptr, rot_plane, st_ptr, dst_ptr, ddp_ptr, dgam_ptr, gcs_ptr, bterm_ptr, kend_ptr,
@@ -133,7 +140,7 @@ def bwd_dv_kernel(q_ptr, k_ptr, v_ptr, z_ptr, do_ptr, dv_ptr, dz_ptr, dy_ptr, qb
     w = mm * dyvt
     if STORE_A1:  # bwd_dqk's a1, the same expression (its dot rounds it to DOT_DT)
         a1 = decay * dyvt
-        tl.store(a1_ptr + ((c * H + h) * C + i[:, None]) * C + i[None, :], a1.to(a1_ptr.dtype.element_ty))
+        tl.store(a1_ptr + a1_offsets(c, h, H, i, C), a1.to(a1_ptr.dtype.element_ty))
     bterm = rev * tl.sum(vf * acc_kd, 1)
     gcs = ecs * tl.sum(dy * acc_qs, 1) + tl.sum(w, 1) - tl.sum(w, 0)
     # the within-chunk scans that turn these into d adt are decay_grad_kernel's (in this kernel they were masked C×C
@@ -330,7 +337,7 @@ def bwd_dqk_kernel(q_ptr, k_ptr, v_ptr, dy_ptr, dq_ptr, dk_ptr, qb_ptr, kb_ptr, 
             # (M∘dY Vᵀ) and the states as well gained little (3.4e-3 against 4.3e-3 for dθ) and nearly doubled the
             # register spills (AOT, sm_90: 1084 against 580 bytes).
             if LOAD_A1:
-                ad = tl.load(a1_ptr + ((c * H + h) * C + i[:, None]) * C + i[None, :])
+                ad = tl.load(a1_ptr + a1_offsets(c, h, H, i, C))
             else:
                 ad = a1.to(DOT_DT)
             dqr = ecs[:, None] * dq_in + exact_dot(ad, join_pairs(kre, kro, C, BN) * scale[:, None], DOT_DT, PREC)
