@@ -134,7 +134,8 @@ def main():
                      R(base, bwd_dots16=False, name=f"{base.name}-tf32bwd"),
                      # 16-bit backward dots at 32-row backward tiles and 32-column pair blocks: right on the H200
                      # (fifteenth session's GPU tests), where the 64-row dq kernel was wrong
-                     R(base, bm_bwd=32, bk_bwd16=0, name=f"{base.name}-bwd32-bk32")]
+                     R(base, bm_bwd=32, bk_bwd16=0, name=f"{base.name}-bwd32-bk32"),
+                     R(base, save_y=True, name=f"{base.name}-savey")]  # B1 T32768: 33.22 → 28.90 ms
         # the scan forward (one walk per sequence, head and P block; the state in registers), forced, with the
         # backward's state passes as scans (scan_variant: scan_states and scan_dstates), one of them, or neither
         scan = chosen.scan_variant()
@@ -145,7 +146,10 @@ def main():
                      # the dq / dk kernels on 16-bit dots too (bwd16_dqk: 30.47 against 30.03 ms, 28th session)
                      R(scan, bwd16_dqk=True, name=f"{scan.name}-dqk16"),
                      # the scan's operands broadcast per token / rank (scan_gather off: 30.47 against 29.53 ms)
-                     R(scan, scan_gather=False, name=f"{scan.name}-bcast")]
+                     R(scan, scan_gather=False, name=f"{scan.name}-bcast"),
+                     # y kept from the forward for the epilogue's backward (save_y: 29.07 → 25.15 ms, 39th session,
+                     # for 1.07 GB more memory here)
+                     R(scan, save_y=True, name=f"{scan.name}-savey")]
         # fp32 inputs (tf32x3 dots): the default tiles spill ≈ 4 KB per thread (AOT sm_90), 32-row tiles ≤ 712 B
         variants = [(v, torch.bfloat16) for v in variants] + [
             (base, torch.float32), (R(base, bm=32, bm_bwd=32, state_tiles=4, name=f"{base.name}-bm32-st4"),

@@ -10,6 +10,8 @@ in_proj (no bias) → [z (d_inner), x (d_inner), B (N·G·R), C (N·G·R), dd_dt
 Operator: q = C, k = B, v = x, z gate, D skip; SISO rotates adjacent pairs, MIMO half-split pairs with
 mimo_x (ψ), mimo_z (ζ), mimo_o (φ). Optional output norm (is_outproj_norm): headwise RMSNorm with weight
 ``norm.weight`` before the silu(z) gate (fused into the MIMO operator, in PyTorch for SISO). Then out_proj.
+Beyond the official constructor: ``a_activation`` (above) and ``mimo_save_y`` (:func:`mamba3.mamba3_mimo`'s
+``save_y``: a faster backward for R·H·P fp32 more memory per token, in eager mode).
 """
 from __future__ import annotations
 
@@ -64,7 +66,7 @@ class Mamba3(nn.Module):
     def __init__(self, d_model, d_state=128, expand=2, headdim=64, ngroups=1, rope_fraction=0.5, dt_min=0.001,
                  dt_max=0.1, dt_init_floor=1e-4, A_floor=1e-4, is_outproj_norm=False, is_mimo=False, mimo_rank=4,
                  fuse_pregate_headwise_norm=True, chunk_size=64, dropout=0.0, layer_idx=None, n_layer=None,
-                 device=None, dtype=None, a_activation="heavy_tail", **kwargs):
+                 device=None, dtype=None, a_activation="heavy_tail", mimo_save_y=False, **kwargs):
         super().__init__()
         factory = dict(device=device, dtype=dtype)
         if rope_fraction not in (0.5, 1.0):
@@ -78,6 +80,7 @@ class Mamba3(nn.Module):
         self.is_outproj_norm, self.is_mimo = is_outproj_norm, is_mimo
         self.mimo_rank = mimo_rank if is_mimo else 1
         self.fuse_pregate_headwise_norm = fuse_pregate_headwise_norm
+        self.mimo_save_y = mimo_save_y  # mamba3_mimo's save_y: a faster backward for more memory (eager mode)
         self.chunk_size = chunk_size      # accepted for compatibility; the dispatcher picks kernel chunk sizes
         self.dropout = dropout
         self.layer_idx, self.n_layer = layer_idx, n_layer
@@ -176,11 +179,13 @@ class Mamba3(nn.Module):
         ADT, DT, trap = (t.transpose(1, 2) for t in (ADT, DT, trap))       # (B, H, T)
         siso_op, mimo_op = _chunked_ops()
         if self.is_mimo:
+            # save_y is the eager operator's (the custom ops' backward replays the forward, computing y again)
+            extra = {"save_y": True} if self.mimo_save_y and mimo_op is mamba3_mimo else {}
             res = mimo_op(Cp, Bp, x, ADT, DT, trap, self.C_bias, self.B_bias, self.mimo_x, self.mimo_z,
                           self.mimo_o, angles, self.D, z, input_states, cu_seqlens=cu_seqlens,
                           rms_norm=self.is_outproj_norm, norm_weight=self._norm_weight(),
                           norm_eps=self.norm.eps if self.is_outproj_norm else 1e-5,
-                          return_final_states=return_final_states)
+                          return_final_states=return_final_states, **extra)
         else:
             gate = None if self.is_outproj_norm else z
             res = siso_op(Cp[:, :, 0], Bp[:, :, 0], x, ADT, DT, trap, self.C_bias[:, 0], self.B_bias[:, 0],

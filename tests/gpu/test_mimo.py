@@ -135,6 +135,27 @@ def test_scan_forward(cfg, dtype, case):
     _check(dtype, config=cfg, nheads=4, ngroups=2, dstate=128, headdim=64, rank=4, states=True, **case)
 
 
+def _save_y_configs():
+    import dataclasses
+
+    from mamba3.ops.mimo.configs import CONFIGS
+
+    # the scan forward (as B8 T4096 runs it) and the chunked one (two token tiles per state chunk), every P bucket
+    return [(p, dataclasses.replace(c, save_y=True, name=f"{c.name}-savey"))
+            for p, cfgs in CONFIGS.items() for cfg in cfgs
+            for c in ((cfg.scan_variant(), cfg) if cfg.scan_fwd is None else (cfg,))]
+
+
+@pytest.mark.parametrize("p,cfg", _save_y_configs(), ids=lambda x: str(x) if isinstance(x, int) else x.name)
+@pytest.mark.parametrize("dtype", DTYPES.values(), ids=DTYPES.keys())
+def test_save_y(p, cfg, dtype):
+    """``MimoConfig.save_y`` (``mamba3_mimo(save_y=True)``: y kept from the forward for the epilogue's backward) on
+    every configuration, at the benchmarks' N = 128, packed sequences, input states, GQA, every feature on, against
+    float64."""
+    _check(dtype, config=cfg, bsz=1, seqlen=211, cu_seqlens=[0, 1, 17, 90, 211], nheads=4, ngroups=2, dstate=128,
+           headdim=p, rank=4, states=True, rms_norm=True)
+
+
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
 def test_dispatcher_scans_filling_grids(dtype, monkeypatch):
     """Without a forced configuration: a grid of (sequence, head) programs that fills every SM runs the scan

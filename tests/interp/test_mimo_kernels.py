@@ -107,6 +107,30 @@ def test_public_api_routes_to_kernels():
         assert_rel_close(f"final {name}", x, y, TOLERANCES[torch.float32][0])
 
 
+def test_public_api_save_y(monkeypatch):
+    """mamba3.mamba3_mimo(save_y=True) keeps y in the forward (the dispatcher's configuration) and gives the same
+    gradients as computing it again, to fp32 rounding."""
+    import mamba3
+    from mamba3.ops.mimo import launch
+    from mamba3.testing.calls import count_calls
+    from mamba3.testing.errors import assert_rel_close
+
+    calls = count_calls(monkeypatch, launch, "new_ys")["new_ys"]
+    args = mimo_inputs(bsz=1, seqlen=9, states=True, **SMALL)
+    grads = []
+    for save_y in (True, False):
+        leaves = {k: x.detach().requires_grad_() for k, x in args.items() if isinstance(x, torch.Tensor)}
+        out = mamba3.mamba3_mimo(**{**args, **leaves}, backend="triton", save_y=save_y)
+        out.square().sum().backward()
+        grads.append({k: x.grad for k, x in leaves.items()})
+        assert len(calls) == 1
+    for k in grads[1]:
+        assert_rel_close(f"d_{k}", grads[0][k], grads[1][k], 1e-6)
+    with torch.no_grad():  # nothing to keep y for
+        mamba3.mamba3_mimo(**{**args, **leaves}, backend="triton", save_y=True)
+    assert len(calls) == 1
+
+
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
 @pytest.mark.parametrize("dstate,bk_bwd16,bwd16_dqk", [(16, 0, True), (64, 0, True), (64, 32, True),
                                                        (64, 32, False)])
@@ -228,3 +252,27 @@ def test_scan_forward_needs_one_tile_per_state_chunk():
 
     with pytest.raises(ValueError, match="state_tiles=1"):
         MimoConfig(**dict(SCAN, state_tiles=2), name="bad")
+
+
+@pytest.mark.parametrize("scan", [True, False], ids=["scan", "chunked"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+def test_save_y(dtype, scan, monkeypatch):
+    """``MimoConfig.save_y``: the forward (the scan walk, or the chunked output kernel) keeps y before the epilogue
+    and the epilogue's backward reads it. Every gradient against float64, with the fused RMSNorm, z, φ, input
+    states, packed sequences; in fp32 the same errors as computing y again (to fp32 rounding)."""
+    from mamba3.ops.mimo import launch
+    from mamba3.ops.mimo.configs import MimoConfig
+    from mamba3.testing.calls import count_calls
+
+    calls = count_calls(monkeypatch, launch, "new_ys")
+    cfg = MimoConfig(**SCAN, name="tiny-scan") if scan else MimoConfig(**dict(SCAN, scan_fwd=False, state_tiles=2),
+                                                                         name="tiny")
+    kw = dict(bsz=1, seqlen=19, nheads=2, ngroups=1, dstate=32, headdim=16, rank=2, states=True, rms_norm=True,
+              cu_seqlens=[0, 13, 19])
+    errs = _check(dtype, config=dataclasses.replace(cfg, save_y=True), **kw)
+    assert len(calls["new_ys"]) == 1
+    again = _check(dtype, config=cfg, **kw)
+    assert len(calls["new_ys"]) == 1
+    if dtype == torch.float32:
+        for name, e in errs.items():
+            assert abs(e - again[name]) <= 1e-7 + 0.05 * again[name], (name, e, again[name])

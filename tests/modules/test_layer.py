@@ -274,6 +274,21 @@ def test_backward_gives_finite_gradients_for_every_parameter(cfg):
         assert p.grad is not None and torch.isfinite(p.grad).all(), name
 
 
+@pytest.mark.parametrize("save_y", [False, True])
+def test_mimo_save_y_reaches_the_operator(save_y, monkeypatch):
+    """``Mamba3(mimo_save_y=True)`` asks the eager MIMO operator to keep y for its backward (and only then); the
+    output is the same either way (the reference backend here has nothing to keep)."""
+    from mamba3.modules import mamba3_layer
+
+    seen = []
+    op = mamba3_layer.mamba3_mimo
+    monkeypatch.setattr(mamba3_layer, "mamba3_mimo", lambda *a, **kw: seen.append(kw.get("save_y")) or op(*a, **kw))
+    u = torch.randn(1, 7, D_MODEL)
+    y = make_layer(CONFIGS[2], mimo_save_y=save_y)(u)
+    assert seen == [True if save_y else None]
+    assert_rel_close("output", y, make_layer(CONFIGS[2])(u), 1e-6)
+
+
 def test_single_token_forward_and_bf16():
     layer = make_layer(CONFIGS[2], dtype=torch.bfloat16)          # MIMO with T = 1 (official issue #985)
     u = torch.randn(2, 1, D_MODEL, dtype=torch.bfloat16)

@@ -95,6 +95,14 @@ class MimoConfig:
         torch.profiler): dq + dk 9.78 ms at tf32 on 32-column blocks, 10.35 at 16 bits on 64; dv 6.19 → 4.04. End to
         end with the scan forward (twenty-eighth session): forward+backward 30.47 ms with 16-bit dq / dk, 30.03
         without.
+    save_y: the forward keeps y before the output epilogue (TT, R, H, P) fp32 for the backward, whose epilogue
+        backward then reads it instead of computing it again from the states, the scores and the values (the output
+        kernel's backward pass: 5.53 of 29.0 ms at B=8, T=4096, H200, twenty-ninth session). Costs memory: R·H·P
+        fp32 per token kept from the forward to the backward (1.07 GB at B=8, T=4096, H=32, P=64, R=4; the inputs
+        it is computed from take ≈ 0.4 GB in bf16). H200, bf16, N = 128, P = 64, R = 4, forward / forward+backward
+        ms (thirty-ninth session, ``bench_mimo.py --sweep``): B8 T4096 (scan forward) 4.82 / 29.08 → 5.20 / 25.16,
+        B1 T32768 (chunked forward) 6.23 / 33.22 → 6.51 / 28.90. Off by default for the memory; the public
+        ``mamba3_mimo(save_y=True)`` (and ``Mamba3(mimo_save_y=True)``) turns it on.
     bk_dv: the dv kernel's N-pair block where it differs from ``bk_bwd`` (0: ``bk_bwd``): set by :meth:`for_dtype`
         from ``bk_bwd16`` when ``bwd16_dqk`` is off; read through :attr:`dv_block`.
     scan_fwd: the forward (not the backward's recompute) as one walk per (sequence, head, P block) over its state
@@ -142,6 +150,7 @@ class MimoConfig:
     bwd_dots16: bool = False
     bk_bwd16: int = 0
     bwd16_dqk: bool = False
+    save_y: bool = False
     bk_dv: int = 0
     scan_fwd: bool | None = False
     scan_bp: int = 0
@@ -341,7 +350,8 @@ def aot_launches(arch: int):
     The state-passing and angle kernels use no dots (shared memory only for reduction / scan scratch) and are
     listed once (the angle kernels at A = 32 and A = 128, their two block shapes' extremes). A configuration
     whose scan forward the launcher may pick (``scan_fwd`` None) adds that kernel for 16-bit inputs (the only ones
-    ``for_grid`` picks it for), with the backward's state-pass scans.
+    ``for_grid`` picks it for), with the backward's state-pass scans. Each configuration's output kernels (and scan
+    forward) once more with ``save_y``, which any caller may turn on (``mamba3_mimo(save_y=True)``).
     """
     from mamba3.dispatch import arch_spec
 
@@ -360,9 +370,15 @@ def aot_launches(arch: int):
         if cfg.bk >= 64 or cfg.bk_bwd >= 64:  # the N/2 > BK loops at N = 256
             launches += aot_kernel_launches(cfg, headdim=p, dtype=torch.bfloat16, arch=arch, dstate=256,
                                             kernels=("mimo_out", "mimo_bwd_dv"))
+        saving = replace(cfg, save_y=True, name=f"{cfg.name}-savey")
+        for dtype in (torch.float32, torch.bfloat16):
+            launches += aot_kernel_launches(saving, headdim=p, dtype=dtype, arch=arch, kernels=("mimo_out",))
         if cfg.scan_fwd is None:  # the scan forward with the backward's state-pass scans
             launches += aot_kernel_launches(cfg.scan_variant(), headdim=p, dtype=torch.bfloat16, arch=arch,
                                             kernels=("mimo_scan_out", "mimo_state_scan_bwd"))
+            launches += [x for x in aot_kernel_launches(saving.scan_variant(), headdim=p, dtype=torch.bfloat16,
+                                                        arch=arch, kernels=("mimo_scan_out",))
+                         if "-states]" not in x.name]
         if i == 0:
             launches += aot_kernel_launches(cfg, headdim=p, dtype=torch.float32, arch=arch,
                                             kernels=("mimo_state", "mimo_angle"))

@@ -22,6 +22,8 @@ backward's two state passes likewise (``configs.for_grid``).
 """
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 
 from . import launch as _launch
@@ -65,29 +67,32 @@ class _MimoCore(torch.autograd.Function):
     def forward(ctx, L, flags, q, k, v, theta, cs, gam, scl, qb, kb, psi, zeta, phi, D, z, nw, s0):
         ctx.L = L
         ctx.flags = flags
-        ctx.save_for_backward(q, k, v, theta, cs, gam, scl, qb, kb, psi, zeta, phi, D, z, nw, s0)
         if replaying_for_gradients():  # neither value is read by a gradient formula (common.replay)
+            ctx.save_for_backward(q, k, v, theta, cs, gam, scl, qb, kb, psi, zeta, phi, D, z, nw, s0, None)
             return _launch.empty_outputs(L, v, phi is not None)
+        # y before the epilogue, kept for the backward (MimoConfig.save_y) where a gradient will be asked for
+        ys = _launch.new_ys(L, v) if L.cfg.save_y and any(ctx.needs_input_grad) else None
+        ctx.save_for_backward(q, k, v, theta, cs, gam, scl, qb, kb, psi, zeta, phi, D, z, nw, s0, ys)
         scan = _launch.uses_scan(L)
         t = _pass_tensors(L, flags["norm"], q, k, v, theta, cs, gam, scl, qb, kb, psi, zeta, phi, D, z, nw, s0,
                           chunked=not scan)
         if scan:
-            return _launch.scan_forward(L, t)
+            return _launch.scan_forward(L, t, ys)
         sin, sfin = _launch.forward(L, t)
-        out = _launch.out_pass(L, t, sin)
+        out = _launch.out_pass(L, t, sin, ys=ys)
         return out, sfin
 
     @staticmethod
     def backward(ctx, dout, dsfin):
         L = ctx.L
-        q, k, v, theta, cs, gam, scl, qb, kb, psi, zeta, phi, D, z, nw, s0 = ctx.saved_tensors
+        q, k, v, theta, cs, gam, scl, qb, kb, psi, zeta, phi, D, z, nw, s0, ys = ctx.saved_tensors
         scan_states, scan_dstates = _launch.uses_scan_states(L), _launch.uses_scan_dstates(L)
         # the state chunks' decays are read by the chunked state passes only
         t = _pass_tensors(L, ctx.flags["norm"], q, k, v, theta, cs, gam, scl, qb, kb, psi, zeta, phi, D, z, nw, s0,
                           chunked=not (scan_states and scan_dstates))
         # recompute the incoming states (not kept between passes)
         sin = _launch.scan_states(L, t) if scan_states else _launch.forward(L, t)[0]
-        g = _launch.backward(L, t, sin, dout.contiguous(), None if dsfin is None else dsfin.contiguous())
+        g = _launch.backward(L, t, sin, dout.contiguous(), None if dsfin is None else dsfin.contiguous(), ys)
         return (None, None, g["q"], g["k"], g["v"], g["theta"], g["cs"], g["gam"], g["scl"],
                 g["qb"].to(qb.dtype), g["kb"].to(kb.dtype), g["psi"].to(psi.dtype),
                 None if zeta is None or g["zeta"] is None else g["zeta"].to(zeta.dtype),
@@ -128,10 +133,11 @@ def _rotate_half(x, theta):
 
 @on_device_of
 def mimo_triton(q, k, v, adt, dt, trap, q_bias, k_bias, mimo_v, mimo_z, mimo_out, angles, D, z, input_states,
-                chunk_size, cu_seqlens, rms_norm, norm_weight, norm_eps, precision, *, config=None):
+                chunk_size, cu_seqlens, rms_norm, norm_weight, norm_eps, precision, *, save_y=False, config=None):
     """MIMO Mamba-3 on the Triton kernels. Arguments and returns as :func:`mamba3.mamba3_mimo` (validated).
 
-    ``config`` (tests only) forces a :class:`~.configs.MimoConfig` instead of the dispatcher's choice."""
+    ``config`` (tests only) forces a :class:`~.configs.MimoConfig` instead of the dispatcher's choice; ``save_y``
+    turns its ``save_y`` on."""
     floats = [x for x in (q, k, v, adt, dt, trap, q_bias, k_bias, mimo_v, mimo_z, mimo_out, angles, D, z,
                           norm_weight) if isinstance(x, torch.Tensor)]
     if input_states is not None:
@@ -154,6 +160,8 @@ def mimo_triton(q, k, v, adt, dt, trap, q_bias, k_bias, mimo_v, mimo_z, mimo_out
     spec = _device_spec(dev)
     cfg = config or choose_config(spec, MimoProblem(dstate, headdim, rank, v.dtype))
     cfg = cfg.for_dtype(v.dtype).for_chunk(rank, chunk_size)
+    if save_y and torch.is_grad_enabled():  # (under no_grad the Function's needs_input_grad still says True)
+        cfg = dataclasses.replace(cfg, save_y=True)
     nseq = bsz if cu_seqlens is None else len(cu_seqlens) - 1
     lengths = None if cu_seqlens is None else cu_seqlens[1:] - cu_seqlens[:-1]
     cfg = for_grid(cfg, programs=-(-headdim // scan_block_p(cfg, headdim, bool(rms_norm))) * nseq * nheads,

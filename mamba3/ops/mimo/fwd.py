@@ -23,8 +23,8 @@ import triton.language as tl
 
 from ..common.tiles import fast_exp, fast_sigmoid
 from .tiles import (dot_operand, load_rank_p, load_rows_p, load_state_pair, load_tok_rows, mdot, pair_weights,
-                    qk_pointers, rot_pair, rows_of, state_block_ids, store_state_pair, token_strides, token_tile,
-                    vtilde)
+                    qk_pointers, rot_pair, rows_of, state_block_ids, store_rows_p, store_state_pair, token_strides,
+                    token_tile, vtilde)
 
 
 @triton.jit
@@ -173,25 +173,53 @@ def mimo_chunk_state_kernel(X, sx_t, sx_r, PSI, Y, sy_t, sy_r, BIAS, ROT, srot_t
 
 @triton.jit(do_not_specialize=["TT"])
 def mimo_out_kernel(Q, K, V, ROT, CS, GAM, SCL, QB, KB, PSI, ZETA, PHI, DD, Z, NW, SIN, OUT,
-                    DOUT, DY, DZ, DPHIP, DZETAP, DNWP,
+                    DOUT, DY, DZ, DPHIP, DZETAP, DNWP, YS,
                     SC_START, SC_END, SC_BC, BC_START, TT, H, HG, G, N2, A, P, eps,
                     R: tl.constexpr, BM: tl.constexpr, BK: tl.constexpr, BP: tl.constexpr,
                     HAS_D: tl.constexpr, HAS_Z: tl.constexpr, HAS_OUT: tl.constexpr, NORM: tl.constexpr,
                     HAS_NW: tl.constexpr, BWD: tl.constexpr, ONE_K: tl.constexpr, DOT_PREC: tl.constexpr,
-                    TOK_PREC: tl.constexpr):
+                    TOK_PREC: tl.constexpr, Y_IO: tl.constexpr = 0):
     """y for the BM rows of one token tile (grid: (token tiles, H)), then the output epilogue (BWD=False) or
-    its backward (BWD=True: DOUT → DY (TT, R, H, P) fp32, DZ, and per-tile partials of dφ, dζ, dw)."""
+    its backward (BWD=True: DOUT → DY (TT, R, H, P) fp32, DZ, and per-tile partials of dφ, dζ, dw).
+    Y_IO (``MimoConfig.save_y``): 1, the forward also stores y at YS (TT, R, H, P) fp32; 2, the backward loads y
+    from there instead of computing it again."""
     CT: tl.constexpr = BM // R
     sc = tl.program_id(0)
     h = tl.program_id(1)
     g = h // HG
     tok0, tok1, bc = token_tile(SC_START, SC_END, SC_BC, sc)
-    tb = tl.load(BC_START + bc)
+    _sq_t, _sq_r, sv_t, sy_t, _srot_t = token_strides(R, G, N2, H, P, A)
+    t, r, valid = rows_of(tok1 - tok0, R, BM)
+    ti = tok0 + t
+    if Y_IO == 2:
+        y = load_rows_p(YS + h * P, sy_t, sv_t, ti, r, valid, P, BP)
+    else:
+        y = tile_output(Q, K, V, ROT, CS, GAM, SCL, QB, KB, PSI, DD, SIN, tok0, tok1, bc, tl.load(BC_START + bc), h,
+                        g, TT, H, G, N2, A, P, R, BM, BK, BP, HAS_D, ONE_K, DOT_PREC, TOK_PREC)
+        if Y_IO == 1:
+            store_rows_p(YS + h * P, sy_t, sv_t, ti, r, valid, y, P)
+
+    n, rstd, nw, zt, zz, sg, gate, o = norm_gate(y, Z + h * P, ZETA + h * R * P, NW + h * P, sv_t, tok0,
+                                                 tok1 - tok0, r, valid, P, P, eps, R, BM, BP, HAS_Z, NORM, HAS_NW)
+    if not BWD:
+        store_out(o, OUT + h * P, PHI + h * R * P, sv_t, tok0, tok1 - tok0, ti, r, valid, P, P, R, BM, BP, HAS_OUT)
+    else:
+        out_backward(y, n, rstd, nw, zt, zz, sg, gate, o, DOUT + h * P, PHI + h * R * P, ZETA + h * R * P, DY + h * P,
+                     DZ + h * P, DPHIP + (sc * H + h) * R * P, DZETAP + (sc * H + h) * R * P, DNWP + (sc * H + h) * P,
+                     sv_t, tok0, tok1 - tok0, ti, r, valid, P, P, R, BM, BP, HAS_Z, HAS_OUT, NORM, HAS_NW)
+
+
+@triton.jit
+def tile_output(Q, K, V, ROT, CS, GAM, SCL, QB, KB, PSI, DD, SIN, tok0, tok1, bc, tb, h, g, TT, H, G, N2, A, P,
+                R: tl.constexpr, BM: tl.constexpr, BK: tl.constexpr, BP: tl.constexpr, HAS_D: tl.constexpr,
+                ONE_K: tl.constexpr, DOT_PREC: tl.constexpr, TOK_PREC: tl.constexpr):
+    """y [BM, BP] of the rows of tokens [tok0, tok1) of head h in state chunk bc (whose first token is tb), from
+    the state entering the chunk (SIN) and the chunk's earlier tiles."""
+    CT: tl.constexpr = BM // R
     sq_t, sq_r, sv_t, _, srot_t = token_strides(R, G, N2, H, P, A)
     Qg, Kg, QBh, KBh, ROTh = qk_pointers(Q, K, QB, KB, ROT, g, h, R, N2, A)
     Vh = V + h * P
     PSIh = PSI + h * R * P
-
     t, r, valid = rows_of(tok1 - tok0, R, BM)
     ti = tok0 + t
     ci = tl.load(CS + h * TT + ti, mask=valid, other=0.0)
@@ -229,28 +257,19 @@ def mimo_out_kernel(Q, K, V, ROT, CS, GAM, SCL, QB, KB, PSI, ZETA, PHI, DD, Z, N
         vt = vtilde(Vh, sv_t, PSIh, P, kt0, tok1 - kt0, P, R, BM, BP)
         acc = mdot(s_ij * w, vt, acc, TOK_PREC)
 
-    vt_i = vtilde(Vh, sv_t, PSIh, P, tok0, tok1 - tok0, P, R, BM, BP)
     if HAS_D:
-        acc += tl.load(DD + h).to(tl.float32) * vt_i
-    y = acc
-
-    n, rstd, nw, zt, zz, sg, gate, o = norm_gate(y, Z + h * P, ZETA + h * R * P, NW + h * P, sv_t, tok0,
-                                                 tok1 - tok0, r, valid, P, P, eps, R, BM, BP, HAS_Z, NORM, HAS_NW)
-    if not BWD:
-        store_out(o, OUT + h * P, PHI + h * R * P, sv_t, tok0, tok1 - tok0, ti, r, valid, P, P, R, BM, BP, HAS_OUT)
-    else:
-        out_backward(y, n, rstd, nw, zt, zz, sg, gate, o, DOUT + h * P, PHI + h * R * P, ZETA + h * R * P, DY + h * P,
-                     DZ + h * P, DPHIP + (sc * H + h) * R * P, DZETAP + (sc * H + h) * R * P, DNWP + (sc * H + h) * P,
-                     sv_t, tok0, tok1 - tok0, ti, r, valid, P, P, R, BM, BP, HAS_Z, HAS_OUT, NORM, HAS_NW)
+        acc += tl.load(DD + h).to(tl.float32) * vtilde(Vh, sv_t, PSIh, P, tok0, tok1 - tok0, P, R, BM, BP)
+    return acc
 
 
 @triton.jit(do_not_specialize=["TT", "MAX_BC"])
-def mimo_scan_out_kernel(Q, K, V, ROT, CS, GAM, SCL, QB, KB, PSI, ZETA, PHI, DD, Z, NW, S0, OUT, SFIN, SIN,
+def mimo_scan_out_kernel(Q, K, V, ROT, CS, GAM, SCL, QB, KB, PSI, ZETA, PHI, DD, Z, NW, S0, OUT, SFIN, SIN, YS,
                          SEQ_TABLE, BC_START, BC_END, MAX_BC, TT, H, HG, G, N2, A, P, eps,
                          R: tl.constexpr, BM: tl.constexpr, BK: tl.constexpr, BP: tl.constexpr,
                          HAS_D: tl.constexpr, HAS_Z: tl.constexpr, HAS_OUT: tl.constexpr, NORM: tl.constexpr,
                          HAS_NW: tl.constexpr, HAS_S0: tl.constexpr, DOT_PREC: tl.constexpr,
-                         TOK_PREC: tl.constexpr, STATES: tl.constexpr = False, GATHER: tl.constexpr = False):
+                         TOK_PREC: tl.constexpr, STATES: tl.constexpr = False, GATHER: tl.constexpr = False,
+                         SAVE_Y: tl.constexpr = False):
     """The whole forward of one (sequence, head, P block) in one walk over the sequence's state chunks, each one
     token tile (grid: (P blocks, sequences, H); ``MimoConfig.scan_fwd``). The state S (P block × N, fp32, as its two
     [BP, BK] pair halves) stays in registers: per chunk, y_i = e^{c_i}·S q̃_i + Σ_{j ≤ i} W_ij (q̃_i·k̃_j) ṽ_j + D ṽ_i,
@@ -262,6 +281,7 @@ def mimo_scan_out_kernel(Q, K, V, ROT, CS, GAM, SCL, QB, KB, PSI, ZETA, PHI, DD,
     STATES (the backward's recompute, ``MimoConfig.scan_states``): no outputs and no final state; the state entering
     each state chunk goes to SIN (state chunks, H, P, N), as the chunk-state kernel and the state pass give it.
     GATHER (``MimoConfig.scan_gather``): the per-token and per-rank operands loaded per row (:func:`rot_pair`).
+    SAVE_Y (``MimoConfig.save_y``): y before the epilogue also goes to YS (TT, R, H, P) fp32, for the backward.
     (Running the output epilogue's backward in that walk as well, in place of the output kernel's backward pass, was
     timed on the H200 in the twenty-seventh session: 34.5 against 30.7 ms forward+backward at B8 T4096; removed.)"""
     pb = tl.program_id(0)
@@ -316,6 +336,8 @@ def mimo_scan_out_kernel(Q, K, V, ROT, CS, GAM, SCL, QB, KB, PSI, ZETA, PHI, DD,
             acc = mdot(s_ij * w, vt, acc, TOK_PREC)
             if HAS_D:
                 acc += tl.load(DD + h).to(tl.float32) * vt
+            if SAVE_Y:
+                store_rows_p(YS + h * P + p0, R * H * P, H * P, ti, r, valid, acc, PV)
             _n, _rstd, _nw, _zt, _zz, _sg, _gate, o = norm_gate(acc, Z + h * P + p0, ZETA + h * R * P + p0,
                                                                 NW + h * P + p0, sv_t, tok0, ntok, r, valid, P, PV,
                                                                 eps, R, BM, BP, HAS_Z, NORM, HAS_NW, GATHER)

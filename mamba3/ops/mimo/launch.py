@@ -199,8 +199,10 @@ def empty_outputs(L: Launch, v, has_out: bool):
     return torch.empty(_out_shape(L, has_out), device=v.device, dtype=v.dtype), _final_states(L, v.device)
 
 
-def out_pass(L: Launch, t, sin, bwd=False, dout=None):
-    """Forward outputs (bwd=False) or the epilogue backward (bwd=True, returns dy, dz, dφ, dζ, dw partials)."""
+def out_pass(L: Launch, t, sin, bwd=False, dout=None, ys=None):
+    """Forward outputs (bwd=False) or the epilogue backward (bwd=True, returns dy, dz, dφ, dζ, dw partials).
+    ys: the pre-epilogue y (TT, R, H, P) fp32 that the forward stores (bwd=False) or the backward reads instead of
+    computing it again (bwd=True; ``MimoConfig.save_y``), or None."""
     cfg, T = L.cfg, L.tables
     q, k, v, rot, cs, gam, scl = t["q"], t["k"], t["v"], t["rot"], t["cs"], t["gam"], t["scl"]
     has_out = t["phi"] is not None
@@ -222,11 +224,11 @@ def out_pass(L: Launch, t, sin, bwd=False, dout=None):
     d = lambda x: dummy if x is None else x  # noqa: E731
     mimo_out_kernel[(T.nsc, L.H)](
         q, k, v, rot, cs, gam, scl, t["qb"], t["kb"], t["psi"], d(t["zeta"]), d(t["phi"]), d(t["D"]),
-        d(t["z"]), d(t["nw"]), sin, d(out), d(dout), d(dy), d(dz), d(dphip), d(dzetap), d(dnwp),
+        d(t["z"]), d(t["nw"]), sin, d(out), d(dout), d(dy), d(dz), d(dphip), d(dzetap), d(dnwp), d(ys),
         T.sc_start, T.sc_end, T.sc_bc, T.bc_start, L.TT, L.H, L.HG, L.G, L.N2, L.A, L.P, L.eps,
         R=L.R, BM=cfg.bm, BK=cfg.bk, BP=L.BP, HAS_D=t["D"] is not None, HAS_Z=t["z"] is not None,
         HAS_OUT=has_out, NORM=t["norm"], HAS_NW=t["nw"] is not None, BWD=bwd, ONE_K=L.N2 <= cfg.bk,
-        DOT_PREC=L.dot_prec, TOK_PREC=L.dot_prec if bwd else L.fwd_prec,
+        DOT_PREC=L.dot_prec, TOK_PREC=L.dot_prec if bwd else L.fwd_prec, Y_IO=0 if ys is None else 1 + bwd,
         num_warps=cfg.warps, num_stages=cfg.stages)
     if not bwd:
         return out
@@ -239,9 +241,14 @@ def uses_scan(L: Launch) -> bool:
     return L.cfg.scan_fwd and L.N2 <= L.cfg.bk
 
 
-def scan_forward(L: Launch, t):
+def new_ys(L: Launch, v):
+    """An uninitialised buffer for the pre-epilogue y (TT, R, H, P) fp32 (``MimoConfig.save_y``)."""
+    return torch.empty(L.TT, L.R, L.H, L.P, device=v.device, dtype=torch.float32)
+
+
+def scan_forward(L: Launch, t, ys=None):
     """(out, final ssm state) of the forward by ``mimo_scan_out_kernel``: one program per (P block, sequence,
-    head), all of P with the fused RMSNorm."""
+    head), all of P with the fused RMSNorm; it stores y before the epilogue at ys where given."""
     cfg, T = L.cfg, L.tables
     has_out = t["phi"] is not None
     v = t["v"]
@@ -251,11 +258,12 @@ def scan_forward(L: Launch, t):
     d = lambda x: t["cs"] if x is None else x  # noqa: E731
     mimo_scan_out_kernel[(triton.cdiv(L.P, bp), T.ns, L.H)](
         t["q"], t["k"], v, t["rot"], t["cs"], t["gam"], t["scl"], t["qb"], t["kb"], t["psi"], d(t["zeta"]),
-        d(t["phi"]), d(t["D"]), d(t["z"]), d(t["nw"]), d(t["s0"]), out, sfin, sfin,
+        d(t["phi"]), d(t["D"]), d(t["z"]), d(t["nw"]), d(t["s0"]), out, sfin, sfin, d(ys),
         T.seq_table, T.bc_start, T.bc_end, T.max_bc, L.TT, L.H, L.HG, L.G, L.N2, L.A, L.P, L.eps,
         R=L.R, BM=cfg.bm, BK=cfg.bk, BP=bp, HAS_D=t["D"] is not None, HAS_Z=t["z"] is not None, HAS_OUT=has_out,
         NORM=t["norm"], HAS_NW=t["nw"] is not None, HAS_S0=t["s0"] is not None, DOT_PREC=L.dot_prec,
-        TOK_PREC=L.fwd_prec, GATHER=cfg.scan_gather, num_warps=cfg.scan_warps, num_stages=cfg.stages)
+        TOK_PREC=L.fwd_prec, GATHER=cfg.scan_gather, SAVE_Y=ys is not None, num_warps=cfg.scan_warps,
+        num_stages=cfg.stages)
     return out, sfin
 
 
@@ -274,7 +282,7 @@ def scan_states(L: Launch, t):
     cs = t["cs"]  # stands in for the pointers the states-only walk does not read
     mimo_scan_out_kernel[(triton.cdiv(L.P, bp), T.ns, L.H)](
         t["q"], t["k"], t["v"], t["rot"], cs, t["gam"], t["scl"], t["qb"], t["kb"], t["psi"], cs, cs, cs, cs, cs,
-        cs if t["s0"] is None else t["s0"], cs, cs, sin,
+        cs if t["s0"] is None else t["s0"], cs, cs, sin, cs,
         T.seq_table, T.bc_start, T.bc_end, T.max_bc, L.TT, L.H, L.HG, L.G, L.N2, L.A, L.P, L.eps,
         R=L.R, BM=cfg.bm, BK=cfg.bk, BP=bp, HAS_D=False, HAS_Z=False, HAS_OUT=False, NORM=False, HAS_NW=False,
         HAS_S0=t["s0"] is not None, DOT_PREC=L.dot_prec, TOK_PREC=L.fwd_prec, STATES=True, GATHER=cfg.scan_gather,
@@ -314,12 +322,13 @@ def state_scan_bwd(L: Launch, t, dy, sin, dsfin):
     return dsend, ds0, dcend.sum(0)
 
 
-def backward(L: Launch, t, sin, dout, dsfin):
-    """All kernel-side gradients. Returns a dict."""
+def backward(L: Launch, t, sin, dout, dsfin, ys=None):
+    """All kernel-side gradients (ys: the forward's pre-epilogue y, or None to compute it again). Returns a
+    dict."""
     cfg, T = L.cfg, L.tables
     dev = t["v"].device
     f32 = torch.float32
-    dy, dz, dphip, dzetap, dnwp = out_pass(L, t, sin, bwd=True, dout=dout)
+    dy, dz, dphip, dzetap, dnwp = out_pass(L, t, sin, bwd=True, dout=dout, ys=ys)
     if uses_scan_dstates(L):
         dsend, ds0, dcend = state_scan_bwd(L, t, dy, sin, dsfin)
     else:
@@ -402,21 +411,24 @@ def aot_kernel_launches(cfg: MimoConfig, headdim: int, dtype, arch: int, dstate:
     for bwd in (False, True):
         out.append(KernelLaunch(
             f"mimo_out_kernel[{'bwd' if bwd else 'fwd'}]-{tag}", mimo_out_kernel,
-            (q, q, v, f, f, f, f, f, f, f, f, f, f, v, f, f, v, v, f, v, f, f, f,
+            (q, q, v, f, f, f, f, f, f, f, f, f, f, v, f, f, v, v, f, v, f, f, f, f,
              i32(16), i32(16), i32(16), i32(16), TT, H, H // G, G, N2, A, P, 1e-5),
             dict(R=R, BM=cfg.bm, BK=cfg.bk, BP=BP, HAS_D=True, HAS_Z=True, HAS_OUT=True, NORM=True, HAS_NW=True,
-                 BWD=bwd, ONE_K=N2 <= cfg.bk, DOT_PREC=prec, TOK_PREC=prec if bwd else fwd_prec, **common_w)))
+                 BWD=bwd, ONE_K=N2 <= cfg.bk, DOT_PREC=prec, TOK_PREC=prec if bwd else fwd_prec,
+                 Y_IO=1 + bwd if cfg.save_y else 0, **common_w)))
     if cfg.scan_fwd:  # with the fused RMSNorm where the block holds all of P
         bps = scan_block_p(cfg, P, norm=False)
         for states in (False, True) if cfg.scan_states else (False,):
             out.append(KernelLaunch(
                 f"mimo_scan_out_kernel[bp{bps}-w{cfg.scan_warps}{'-states' if states else ''}]-{tag}",
                 mimo_scan_out_kernel,
-                (q, q, v, f, f, f, f, f, f, f, f, f, f, v, f, f, v, f, f, i32(16), i32(16), i32(16), 64, TT, H, H // G,
+                (q, q, v, f, f, f, f, f, f, f, f, f, f, v, f, f, v, f, f, f, i32(16), i32(16), i32(16), 64, TT, H,
+                 H // G,
                  G, N2, A, P, 1e-5),
                 dict(R=R, BM=cfg.bm, BK=cfg.bk, BP=bps, HAS_D=not states, HAS_Z=not states, HAS_OUT=not states,
                      NORM=bps >= BP and not states, HAS_NW=bps >= BP and not states, HAS_S0=True, DOT_PREC=prec,
-                     TOK_PREC=fwd_prec, STATES=states, GATHER=cfg.scan_gather, num_warps=cfg.scan_warps,
+                     TOK_PREC=fwd_prec, STATES=states, GATHER=cfg.scan_gather, SAVE_Y=cfg.save_y and not states,
+                     num_warps=cfg.scan_warps,
                      num_stages=cfg.stages)))
     if cfg.scan_dstates:
         bps = min(cfg.bp_state, BP)

@@ -175,6 +175,15 @@ def load_rows_p(X, sx_t, sx_r, tok, r, valid, P, BP: tl.constexpr):
 
 
 @triton.jit
+def store_rows_p(X, sx_t, sx_r, tok, r, valid, x, P):
+    """Stores [BM, BP] rows x at a per-row (t, r) tensor, :func:`load_rows_p`'s layout; P columns valid."""
+    BP: tl.constexpr = x.shape[1]
+    pp = tl.arange(0, BP)
+    off = tok.to(tl.int64)[:, None] * sx_t + r[:, None] * sx_r + pp[None, :]
+    tl.store(X + off, x, mask=valid[:, None] & (pp < P)[None, :])
+
+
+@triton.jit
 def load_tok_rows(X, sx_t, tok0, ntok, P, R: tl.constexpr, BM: tl.constexpr, BP: tl.constexpr,
                   GATHER: tl.constexpr = False):
     """[BM, BP] rows of a per-token tensor (X at (token 0, h, 0)): loaded once per token, broadcast over R (GATHER:
