@@ -149,7 +149,10 @@ def main():
                      R(scan, scan_gather=False, name=f"{scan.name}-bcast"),
                      # y kept from the forward for the epilogue's backward (save_y: 29.07 → 25.15 ms, 39th session,
                      # for 1.07 GB more memory here)
-                     R(scan, save_y=True, name=f"{scan.name}-savey")]
+                     R(scan, save_y=True, name=f"{scan.name}-savey"),
+                     # the dq / dk kernels load the weighted dP the dv kernel stores (bwd_store_dpw; not timed yet)
+                     R(scan, bwd_store_dpw=True, name=f"{scan.name}-dpw"),
+                     R(scan, bwd_store_dpw=True, save_y=True, name=f"{scan.name}-savey-dpw")]
         # fp32 inputs (tf32x3 dots): the default tiles spill ≈ 4 KB per thread (AOT sm_90), 32-row tiles ≤ 712 B
         variants = [(v, torch.bfloat16) for v in variants] + [
             (base, torch.float32), (R(base, bm=32, bm_bwd=32, state_tiles=4, name=f"{base.name}-bm32-st4"),

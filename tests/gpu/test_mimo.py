@@ -156,6 +156,26 @@ def test_save_y(p, cfg, dtype):
            headdim=p, rank=4, states=True, rms_norm=True)
 
 
+def _store_dpw_configs():
+    import dataclasses
+
+    from mamba3.ops.mimo.configs import CONFIGS
+
+    return [(p, dataclasses.replace(c, bwd_store_dpw=True, name=f"{c.name}-dpw"))
+            for p, cfgs in CONFIGS.items() for cfg in cfgs
+            for c in ((cfg.scan_variant(), cfg) if cfg.scan_fwd is None else (cfg,))]
+
+
+@pytest.mark.parametrize("p,cfg", _store_dpw_configs(), ids=lambda x: str(x) if isinstance(x, int) else x.name)
+@pytest.mark.parametrize("dtype", DTYPES.values(), ids=DTYPES.keys())
+def test_bwd_store_dpw(p, cfg, dtype):
+    """``MimoConfig.bwd_store_dpw`` (the dq / dk kernels load the weighted dP the dv kernel stored; not on by
+    default) on every configuration, at the benchmarks' N = 128, packed sequences, input states, GQA, every feature
+    on, against float64."""
+    _check(dtype, config=cfg, bsz=1, seqlen=211, cu_seqlens=[0, 1, 17, 90, 211], nheads=4, ngroups=2, dstate=128,
+           headdim=p, rank=4, states=True, rms_norm=True)
+
+
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
 def test_dispatcher_scans_filling_grids(dtype, monkeypatch):
     """Without a forced configuration: a grid of (sequence, head) programs that fills every SM runs the scan

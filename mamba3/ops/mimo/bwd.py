@@ -34,8 +34,8 @@ import triton.language as tl
 from ..common.tiles import fast_exp
 from .fwd import add_local_state
 from .tiles import (bcast_pairs, dot_operand, later_mask, load_rank_p, load_rows_p, load_state_pair, mdot, mdot_split,
-                    pair_weights, qk_pointers, rot_pair, rows_of, state_block_ids, store_state_pair, token_decays,
-                    token_strides, token_tile, token_weights, vtilde)
+                    pair_block_offsets, pair_weights, qk_pointers, rot_pair, rows_of, state_block_ids, store_state_pair,
+                    token_decays, token_strides, token_tile, token_weights, vtilde)
 
 
 @triton.jit(do_not_specialize=["NBC"])
@@ -125,19 +125,20 @@ def mimo_state_scan_bwd_kernel(DY, Q, QB, ROT, CS, SIN, DSFIN, DSEND, DS0, DCEND
     store_state_pair(DS0 + fin, d1, d2, k0, N2, PV, BP, BK)
 
 
-@triton.jit(do_not_specialize=["TT"])
-def mimo_bwd_dqk_kernel(Q, K, V, ROT, CS, GAM, SCL, QB, KB, PSI, DY, SIN, DSEND,
+@triton.jit(do_not_specialize=["TT", "NSL"])
+def mimo_bwd_dqk_kernel(Q, K, V, ROT, CS, GAM, SCL, QB, KB, PSI, DY, SIN, DSEND, DPW,
                         DX, DTH, DCP, DXBP,
-                        SC_START, SC_END, SC_BC, BC_START, BC_END, TT, H, HG, G, N2, A, P,
+                        SC_START, SC_END, SC_BC, BC_START, BC_END, TT, H, HG, G, N2, A, P, NSL,
                         R: tl.constexpr, BM: tl.constexpr, BK: tl.constexpr, BP: tl.constexpr,
-                        IS_K: tl.constexpr, DOT_PREC: tl.constexpr):
+                        IS_K: tl.constexpr, DOT_PREC: tl.constexpr, LOAD_DPW: tl.constexpr = False):
     """dq̃ (IS_K=False) or dk̃ (IS_K=True) of one (N-pair block, token tile, q/k group); grid (nkb, tiles, G).
 
     Loops over the heads of the group and reduces dQ / dK in registers. Also writes, per head, the angle
     gradient (the q part first; the k launch adds its part to it), the bias partial of the tile and (q launch) the
     log-decay partial of the inter-chunk term, Σ_r q̃·dq̃_inter. DOT_PREC "bf16"/"fp16" (16-bit inputs,
     ``MimoConfig.bwd_dots16``): dy, ṽ, the states and the weighted dP enter the dots rounded to 16 bits, the
-    rotated q̃ / k̃ as hi + lo halves."""
+    rotated q̃ / k̃ as hi + lo halves. LOAD_DPW (``MimoConfig.bwd_store_dpw``): the weighted dP blocks are loaded
+    from DPW, where the dv kernel stored them, instead of formed from dy and ṽ."""
     CT: tl.constexpr = BM // R
     kb = tl.program_id(0)
     sc = tl.program_id(1)
@@ -170,18 +171,26 @@ def mimo_bwd_dqk_kernel(Q, K, V, ROT, CS, GAM, SCL, QB, KB, PSI, DY, SIN, DSEND,
         ci = tl.load(CS + h * TT + ti, mask=valid, other=0.0)
         if not IS_K:
             # dq̃_i = e^{c_i} S_bᵀ dy_i + Σ_{j ≤ i} (W ∘ dP)_ij k̃_j
-            dy_i = dot_operand(load_rows_p(DYh, sy_t, sv_t, ti, r, valid, P, BP), DOT_PREC)  # [BM, BP]
+            if not LOAD_DPW:
+                dy_i = dot_operand(load_rows_p(DYh, sy_t, sv_t, ti, r, valid, P, BP), DOT_PREC)  # [BM, BP]
             dx1 = tl.zeros((BM, BK), dtype=tl.float32)
             dx2 = tl.zeros((BM, BK), dtype=tl.float32)
             for kt0 in range(tb, tok1, CT):
-                vt_j = vtilde(Vh, sv_t, PSIh, P, kt0, tok1 - kt0, P, R, BM, BP)
-                dp = mdot(dy_i, tl.trans(vt_j), None, DOT_PREC)  # [BM, BM]
-                dpw = dp * pair_weights(CS + h * TT, SCL + h * TT, GAM + h * TT, tok0, tok1 - tok0, kt0, tok1 - kt0,
-                                        R, BM, False)
+                if LOAD_DPW:  # the block the key tile kt0 (back tiles before this one) stored for this query tile
+                    back = (tok0 - kt0) // CT
+                    dpw = tl.load(DPW + (((sc - back) * H + h).to(tl.int64) * NSL + back) * BM * BM
+                                  + pair_block_offsets(BM, True))
+                else:
+                    vt_j = vtilde(Vh, sv_t, PSIh, P, kt0, tok1 - kt0, P, R, BM, BP)
+                    dp = mdot(dy_i, tl.trans(vt_j), None, DOT_PREC)  # [BM, BM]
+                    dpw = dp * pair_weights(CS + h * TT, SCL + h * TT, GAM + h * TT, tok0, tok1 - tok0, kt0,
+                                            tok1 - kt0, R, BM, False)
                 k1j, k2j, _c, _s = rot_pair(Kg, sq_t, sq_r, KBh, ROTh, srot_t, kt0, tok1 - kt0, k0, N2, A, R, BM, BK)
                 dx1 = mdot_split(dpw, k1j, dx1, DOT_PREC)
                 dx2 = mdot_split(dpw, k2j, dx2, DOT_PREC)
             x1, x2, cs_, sn_ = rot_pair(Qg, sq_t, sq_r, QBh, ROTh, srot_t, tok0, tok1 - tok0, k0, N2, A, R, BM, BK)
+            if LOAD_DPW:  # only now: fewer live tiles in the loop
+                dy_i = dot_operand(load_rows_p(DYh, sy_t, sv_t, ti, r, valid, P, BP), DOT_PREC)
             # the inter-chunk term last, so that its log-decay partial q̃·dq̃_inter is formed alone: the in-chunk pairs'
             # part comes from the dv kernel, from the strict pairs only (through q̃·dq̃ − k̃·dk̃ the same-token γ terms
             # cancel, leaving an fp32 residue that dominates once the pairs decay: adt = −12, d_adt 1e-3 to 8e-3)
@@ -205,11 +214,15 @@ def mimo_bwd_dqk_kernel(Q, K, V, ROT, CS, GAM, SCL, QB, KB, PSI, DY, SIN, DSEND,
             dx1 = mdot(vt_i, d1, None, DOT_PREC) * wst
             dx2 = mdot(vt_i, d2, None, DOT_PREC) * wst
             for qt0 in range(tok0, te, CT):
-                tq_, rq, vq = rows_of(te - qt0, R, BM)
-                dy_q = load_rows_p(DYh, sy_t, sv_t, qt0 + tq_, rq, vq, P, BP)
-                dpt = mdot(vt_i, tl.trans(dy_q), None, DOT_PREC)  # [BM (own keys), BM (queries)]
-                dpw = dpt * pair_weights(CS + h * TT, SCL + h * TT, GAM + h * TT, tok0, tok1 - tok0, qt0, te - qt0,
-                                         R, BM, True)
+                if LOAD_DPW:
+                    dpw = tl.load(DPW + ((sc * H + h).to(tl.int64) * NSL + (qt0 - tok0) // CT) * BM * BM
+                                  + pair_block_offsets(BM))
+                else:
+                    tq_, rq, vq = rows_of(te - qt0, R, BM)
+                    dy_q = load_rows_p(DYh, sy_t, sv_t, qt0 + tq_, rq, vq, P, BP)
+                    dpt = mdot(vt_i, tl.trans(dy_q), None, DOT_PREC)  # [BM (own keys), BM (queries)]
+                    dpw = dpt * pair_weights(CS + h * TT, SCL + h * TT, GAM + h * TT, tok0, tok1 - tok0, qt0,
+                                             te - qt0, R, BM, True)
                 q1q, q2q, _c, _s = rot_pair(Qg, sq_t, sq_r, QBh, ROTh, srot_t, qt0, te - qt0, k0, N2, A, R, BM, BK)
                 dx1 = mdot_split(dpw, q1q, dx1, DOT_PREC)
                 dx2 = mdot_split(dpw, q2q, dx2, DOT_PREC)
@@ -239,10 +252,11 @@ def mimo_bwd_dqk_kernel(Q, K, V, ROT, CS, GAM, SCL, QB, KB, PSI, DY, SIN, DSEND,
 
 @triton.jit(do_not_specialize=["TT", "NSL"])
 def mimo_bwd_dv_kernel(Q, K, V, ROT, CS, GAM, SCL, QB, KB, PSI, DD, DY, DSEND,
-                       DV, DPSIP, DDP, DSCL, DGAM, DCV,
+                       DV, DPSIP, DDP, DSCL, DGAM, DCV, DPW,
                        SC_START, SC_END, SC_BC, BC_START, BC_END, TT, H, HG, G, N2, A, P, NSL,
                        R: tl.constexpr, BM: tl.constexpr, BK: tl.constexpr, BP: tl.constexpr,
-                       HAS_D: tl.constexpr, ONE_K: tl.constexpr, DOT_PREC: tl.constexpr):
+                       HAS_D: tl.constexpr, ONE_K: tl.constexpr, DOT_PREC: tl.constexpr,
+                       STORE_DPW: tl.constexpr = False):
     """grid: (token tiles, H). The tile's rows are the keys j. DOT_PREC "bf16"/"fp16" (16-bit inputs,
     ``MimoConfig.bwd_dots16``): every dot takes 16-bit operands (k̃, q̃, ṽ, dy, dS_end and the weighted scores).
 
@@ -251,7 +265,9 @@ def mimo_bwd_dv_kernel(Q, K, V, ROT, CS, GAM, SCL, QB, KB, PSI, DD, DY, DSEND,
     tile s tiles before the query's (NSL slots); minus its column sums and the state term −e^{c_end − c_j}·scale_j·
     ṽ_j·dS_end k̃_j for this tile's key tokens, DCV[NSL, h, t]; and the state terms' opposite for the chunk's total
     decay, DCV[NSL + 1 + s, h, chunk's last token] for the tile s-th in its chunk. The last token's own state term
-    does not depend on c (e^0) and appears in neither: the two would cancel, leaving an fp32 residue."""
+    does not depend on c (e^0) and appears in neither: the two would cancel, leaving an fp32 residue.
+    STORE_DPW (``MimoConfig.bwd_store_dpw``): the weighted dP block of each query tile s tiles after this key tile,
+    [BM keys, BM queries] fp32, goes to DPW[tile, h, s] for the dq / dk kernels."""
     CT: tl.constexpr = BM // R
     sc = tl.program_id(0)
     h = tl.program_id(1)
@@ -316,6 +332,9 @@ def mimo_bwd_dv_kernel(Q, K, V, ROT, CS, GAM, SCL, QB, KB, PSI, DD, DY, DSEND,
         strict, same = later_mask(tok0, qt0, CT, True)
         wt = bcast_pairs(token_weights(e, strict, same, SCL + h * TT, GAM + h * TT, tok0, tok1 - tok0, qt0, te - qt0,
                                        CT, True), R, BM)
+        if STORE_DPW:
+            tl.store(DPW + ((sc * H + h).to(tl.int64) * NSL + (qt0 - tok0) // CT) * BM * BM + pair_block_offsets(BM),
+                     dpt * wt)
         dvt = mdot(at * wt, dy_q, dvt, DOT_PREC)
         e_later = bcast_pairs(tl.where(strict, e, 0.0), R, BM)
         x = dpt * at

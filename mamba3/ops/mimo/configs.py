@@ -103,6 +103,12 @@ class MimoConfig:
         ms (thirty-ninth session, ``bench_mimo.py --sweep``): B8 T4096 (scan forward) 4.82 / 29.08 → 5.20 / 25.16,
         B1 T32768 (chunked forward) 6.23 / 33.22 → 6.51 / 28.90. Off by default for the memory; the public
         ``mamba3_mimo(save_y=True)`` (and ``Mamba3(mimo_save_y=True)``) turns it on.
+    bwd_store_dpw: the dv kernel, which forms the weighted scores' gradient W ∘ dP of every in-chunk pair block for
+        its log-decay partials, stores it (fp32, [BM, BM] per key tile, head and query tile: 1.07 GB at B=8,
+        T=4096, H=32, R=4 with one tile per state chunk, for the backward's duration); the dq and dk kernels load it
+        instead of forming it again from dy and ṽ, once per N-pair block each. The dq / dk products then take dP as
+        the dv kernel's dots give it (16-bit operands where ``bwd_dots16``). Prepared in the thirty-ninth session
+        without a GPU to time it: AOT sm_90, bf16, P = 64, see docs/performance.md.
     bk_dv: the dv kernel's N-pair block where it differs from ``bk_bwd`` (0: ``bk_bwd``): set by :meth:`for_dtype`
         from ``bk_bwd16`` when ``bwd16_dqk`` is off; read through :attr:`dv_block`.
     scan_fwd: the forward (not the backward's recompute) as one walk per (sequence, head, P block) over its state
@@ -151,6 +157,7 @@ class MimoConfig:
     bk_bwd16: int = 0
     bwd16_dqk: bool = False
     save_y: bool = False
+    bwd_store_dpw: bool = False
     bk_dv: int = 0
     scan_fwd: bool | None = False
     scan_bp: int = 0

@@ -350,24 +350,28 @@ def backward(L: Launch, t, sin, dout, dsfin, ys=None):
     dqbp = torch.empty(TB.nsc, L.H, L.R, 2 * L.N2, device=dev, dtype=f32)
     dkbp = torch.empty_like(dqbp)
     q, k, v, rot, cs, gam, scl = t["q"], t["k"], t["v"], t["rot"], t["cs"], t["gam"], t["scl"]
-    for is_k, dx, dxbp in ((False, dq, dqbp), (True, dk, dkbp)):
-        mimo_bwd_dqk_kernel[(nkb, TB.nsc, L.G)](
-            q, k, v, rot, cs, gam, scl, t["qb"], t["kb"], t["psi"], dy, sin, dsend, dx, dth, dcp, dxbp,
-            TB.sc_start, TB.sc_end, TB.sc_bc, TB.bc_start, TB.bc_end, L.TT, L.H, L.HG, L.G, L.N2, L.A, L.P,
-            R=L.R, BM=cfg.bm_bwd, BK=cfg.bk_bwd, BP=L.BP, IS_K=is_k,
-            DOT_PREC=dqk_precision(cfg, L.dot_prec, L.bwd_prec), num_warps=cfg.warps_bwd, num_stages=cfg.stages)
     dv = torch.empty_like(v)
     dpsip = torch.empty(TB.nsc, L.H, L.R, L.P, device=dev, dtype=f32)
     ddp = torch.empty(TB.nsc, L.H, device=dev, dtype=f32)
     dscl = torch.empty(L.H, L.TT, device=dev, dtype=f32)
     dgam = torch.empty(L.H, L.TT, device=dev, dtype=f32)
+    # the weighted dP blocks, per (key tile, head, query tile of the chunk from the key's on), for the dq / dk
+    # kernels (MimoConfig.bwd_store_dpw): written by the dv kernel, which therefore runs first
+    dpw = (torch.empty(TB.nsc, L.H, nsl, cfg.bm_bwd, cfg.bm_bwd, device=dev, dtype=f32) if cfg.bwd_store_dpw
+           else cs)
     mimo_bwd_dv_kernel[(TB.nsc, L.H)](
         q, k, v, rot, cs, gam, scl, t["qb"], t["kb"], t["psi"], t["D"] if t["D"] is not None else cs, dy, dsend,
-        dv, dpsip, ddp, dscl, dgam, dcv,
+        dv, dpsip, ddp, dscl, dgam, dcv, dpw,
         TB.sc_start, TB.sc_end, TB.sc_bc, TB.bc_start, TB.bc_end, L.TT, L.H, L.HG, L.G, L.N2, L.A, L.P, nsl,
         R=L.R, BM=cfg.bm_bwd, BK=cfg.dv_block, BP=L.BP, HAS_D=t["D"] is not None, ONE_K=L.N2 <= cfg.dv_block,
-        DOT_PREC=L.bwd_prec,
-        num_warps=cfg.warps_bwd, num_stages=cfg.stages)
+        DOT_PREC=L.bwd_prec, STORE_DPW=cfg.bwd_store_dpw, num_warps=cfg.warps_bwd, num_stages=cfg.stages)
+    for is_k, dx, dxbp in ((False, dq, dqbp), (True, dk, dkbp)):
+        mimo_bwd_dqk_kernel[(nkb, TB.nsc, L.G)](
+            q, k, v, rot, cs, gam, scl, t["qb"], t["kb"], t["psi"], dy, sin, dsend, dpw, dx, dth, dcp, dxbp,
+            TB.sc_start, TB.sc_end, TB.sc_bc, TB.bc_start, TB.bc_end, L.TT, L.H, L.HG, L.G, L.N2, L.A, L.P, nsl,
+            R=L.R, BM=cfg.bm_bwd, BK=cfg.bk_bwd, BP=L.BP, IS_K=is_k,
+            DOT_PREC=dqk_precision(cfg, L.dot_prec, L.bwd_prec), LOAD_DPW=cfg.bwd_store_dpw,
+            num_warps=cfg.warps_bwd, num_stages=cfg.stages)
     dcs = dcp.sum(0) + dcv.sum(0)
     dcs.index_add_(1, (T.bc_end - 1).long(), dcend)
     return dict(q=dq, k=dk, v=dv, theta=dth[..., :L.A], cs=dcs, gam=dgam, scl=dscl, qb=dqbp.sum(0), kb=dkbp.sum(0),
@@ -441,16 +445,16 @@ def aot_kernel_launches(cfg: MimoConfig, headdim: int, dtype, arch: int, dstate:
     for is_k in (False, True):
         out.append(KernelLaunch(
             f"mimo_bwd_dqk_kernel[{'dk' if is_k else 'dq'}]-{tag}", mimo_bwd_dqk_kernel,
-            (q, q, v, f, f, f, f, f, f, f, f, f, f, q, f, f, f,
-             i32(16), i32(16), i32(16), i32(16), i32(16), TT, H, H // G, G, N2, A, P),
+            (q, q, v, f, f, f, f, f, f, f, f, f, f, f, q, f, f, f,
+             i32(16), i32(16), i32(16), i32(16), i32(16), TT, H, H // G, G, N2, A, P, 1),
             dict(R=R, BM=cfg.bm_bwd, BK=cfg.bk_bwd, BP=BP, IS_K=is_k, DOT_PREC=dqk_precision(cfg, prec, bwd_prec),
-                 **bwd_w)))
+                 LOAD_DPW=cfg.bwd_store_dpw, **bwd_w)))
     out.append(KernelLaunch(
         f"mimo_bwd_dv_kernel-{tag}", mimo_bwd_dv_kernel,
-        (q, q, v, f, f, f, f, f, f, f, f, f, f, v, f, f, f, f, f,
+        (q, q, v, f, f, f, f, f, f, f, f, f, f, v, f, f, f, f, f, f,
          i32(16), i32(16), i32(16), i32(16), i32(16), TT, H, H // G, G, N2, A, P, 2),
         dict(R=R, BM=cfg.bm_bwd, BK=cfg.dv_block, BP=BP, HAS_D=True, ONE_K=N2 <= cfg.dv_block, DOT_PREC=bwd_prec,
-             **bwd_w)))
+             STORE_DPW=cfg.bwd_store_dpw, **bwd_w)))
     from .angles import aot_angle_launches
 
     out += aot_angle_launches(H, A)

@@ -264,6 +264,16 @@ def bcast_pairs(w, R: tl.constexpr, BM: tl.constexpr):
 
 
 @triton.jit
+def pair_block_offsets(BM: tl.constexpr, TRANS: tl.constexpr = False):
+    """[BM, BM] offsets of a row-major block of per-(row, column) pair values (``MimoConfig.bwd_store_dpw``);
+    TRANS: of its transpose (loading the transpose through them is no layout conversion)."""
+    i = tl.arange(0, BM)
+    if TRANS:
+        return i[:, None] + i[None, :] * BM
+    return i[:, None] * BM + i[None, :]
+
+
+@triton.jit
 def later_mask(a0, b0, CT: tl.constexpr, KEYS_ON_ROWS: tl.constexpr):
     """[CT, CT] (strict, same): the query token later than the key token / the same token, for row tokens a0 + a
     and column tokens b0 + b; the keys are the columns unless KEYS_ON_ROWS."""
