@@ -135,45 +135,40 @@ def test_scan_forward(cfg, dtype, case):
     _check(dtype, config=cfg, nheads=4, ngroups=2, dstate=128, headdim=64, rank=4, states=True, **case)
 
 
-def _save_y_configs():
+def _every_config_with(tag, **flags):
+    """(P bucket, configuration) of every configuration with ``flags`` on: the scan forward (as B8 T4096 runs it)
+    and the chunked one (two token tiles per state chunk) where the dispatcher may pick either."""
     import dataclasses
 
     from mamba3.ops.mimo.configs import CONFIGS
 
-    # the scan forward (as B8 T4096 runs it) and the chunked one (two token tiles per state chunk), every P bucket
-    return [(p, dataclasses.replace(c, save_y=True, name=f"{c.name}-savey"))
+    return [(p, dataclasses.replace(c, **flags, name=f"{c.name}-{tag}"))
             for p, cfgs in CONFIGS.items() for cfg in cfgs
             for c in ((cfg.scan_variant(), cfg) if cfg.scan_fwd is None else (cfg,))]
 
 
-@pytest.mark.parametrize("p,cfg", _save_y_configs(), ids=lambda x: str(x) if isinstance(x, int) else x.name)
+def _check_candidate(p, cfg, dtype):
+    _check(dtype, config=cfg, bsz=1, seqlen=211, cu_seqlens=[0, 1, 17, 90, 211], nheads=4, ngroups=2, dstate=128,
+           headdim=p, rank=4, states=True, rms_norm=True)
+
+
+@pytest.mark.parametrize("p,cfg", _every_config_with("savey", save_y=True),
+                         ids=lambda x: str(x) if isinstance(x, int) else x.name)
 @pytest.mark.parametrize("dtype", DTYPES.values(), ids=DTYPES.keys())
 def test_save_y(p, cfg, dtype):
     """``MimoConfig.save_y`` (``mamba3_mimo(save_y=True)``: y kept from the forward for the epilogue's backward) on
     every configuration, at the benchmarks' N = 128, packed sequences, input states, GQA, every feature on, against
     float64."""
-    _check(dtype, config=cfg, bsz=1, seqlen=211, cu_seqlens=[0, 1, 17, 90, 211], nheads=4, ngroups=2, dstate=128,
-           headdim=p, rank=4, states=True, rms_norm=True)
+    _check_candidate(p, cfg, dtype)
 
 
-def _store_dpw_configs():
-    import dataclasses
-
-    from mamba3.ops.mimo.configs import CONFIGS
-
-    return [(p, dataclasses.replace(c, bwd_store_dpw=True, name=f"{c.name}-dpw"))
-            for p, cfgs in CONFIGS.items() for cfg in cfgs
-            for c in ((cfg.scan_variant(), cfg) if cfg.scan_fwd is None else (cfg,))]
-
-
-@pytest.mark.parametrize("p,cfg", _store_dpw_configs(), ids=lambda x: str(x) if isinstance(x, int) else x.name)
+@pytest.mark.parametrize("p,cfg", _every_config_with("dpw", bwd_store_dpw=True),
+                         ids=lambda x: str(x) if isinstance(x, int) else x.name)
 @pytest.mark.parametrize("dtype", DTYPES.values(), ids=DTYPES.keys())
 def test_bwd_store_dpw(p, cfg, dtype):
     """``MimoConfig.bwd_store_dpw`` (the dq / dk kernels load the weighted dP the dv kernel stored; not on by
-    default) on every configuration, at the benchmarks' N = 128, packed sequences, input states, GQA, every feature
-    on, against float64."""
-    _check(dtype, config=cfg, bsz=1, seqlen=211, cu_seqlens=[0, 1, 17, 90, 211], nheads=4, ngroups=2, dstate=128,
-           headdim=p, rank=4, states=True, rms_norm=True)
+    default) on every configuration, as :func:`test_save_y`."""
+    _check_candidate(p, cfg, dtype)
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
