@@ -106,7 +106,7 @@ def test_backward_states16(feature, dtype, monkeypatch):
     bwd_dqk) on the forced scan: bit for bit the fp32 buffers' results but d adt (that sum in another order: within
     1e-6), and within the bars against float64."""
     _same_with_flag_on(_case(dtype=DT[dtype], N=128, P=128, A=32, **FEATURES[feature]), "bwd_states16",
-                          monkeypatch, reordered=("adt",))
+                       monkeypatch, reordered=("adt",))
 
 
 @pytest.mark.parametrize("feature", ["base", "states", "varlen-states", "T-odd"])

@@ -70,8 +70,7 @@ class _MimoCore(torch.autograd.Function):
         if replaying_for_gradients():  # neither value is read by a gradient formula (common.replay)
             ctx.save_for_backward(q, k, v, theta, cs, gam, scl, qb, kb, psi, zeta, phi, D, z, nw, s0, None)
             return _launch.empty_outputs(L, v, phi is not None)
-        # y before the epilogue, kept for the backward (MimoConfig.save_y) where a gradient will be asked for
-        ys = _launch.new_ys(L, v) if L.cfg.save_y and any(ctx.needs_input_grad) else None
+        ys = _launch.new_ys(L, v) if L.cfg.save_y else None  # y before the epilogue, for the backward
         ctx.save_for_backward(q, k, v, theta, cs, gam, scl, qb, kb, psi, zeta, phi, D, z, nw, s0, ys)
         scan = _launch.uses_scan(L)
         t = _pass_tensors(L, flags["norm"], q, k, v, theta, cs, gam, scl, qb, kb, psi, zeta, phi, D, z, nw, s0,
@@ -160,7 +159,7 @@ def mimo_triton(q, k, v, adt, dt, trap, q_bias, k_bias, mimo_v, mimo_z, mimo_out
     spec = _device_spec(dev)
     cfg = config or choose_config(spec, MimoProblem(dstate, headdim, rank, v.dtype))
     cfg = cfg.for_dtype(v.dtype).for_chunk(rank, chunk_size)
-    if save_y and torch.is_grad_enabled():  # (under no_grad the Function's needs_input_grad still says True)
+    if save_y and torch.is_grad_enabled() and any(x.requires_grad for x in floats):  # else no backward to keep y for
         cfg = dataclasses.replace(cfg, save_y=True)
     nseq = bsz if cu_seqlens is None else len(cu_seqlens) - 1
     lengths = None if cu_seqlens is None else cu_seqlens[1:] - cu_seqlens[:-1]

@@ -290,7 +290,7 @@ def mimo_scan_out_kernel(Q, K, V, ROT, CS, GAM, SCL, QB, KB, PSI, ZETA, PHI, DD,
     g = h // HG
     p0 = pb * BP
     PV = P - p0  # valid columns of this P block
-    sq_t, sq_r, sv_t, _, srot_t = token_strides(R, G, N2, H, P, A)
+    sq_t, sq_r, sv_t, sy_t, srot_t = token_strides(R, G, N2, H, P, A)
     Qg, Kg, QBh, KBh, ROTh = qk_pointers(Q, K, QB, KB, ROT, g, h, R, N2, A)
     CSh = CS + h * TT
     SCLh = SCL + h * TT
@@ -337,7 +337,7 @@ def mimo_scan_out_kernel(Q, K, V, ROT, CS, GAM, SCL, QB, KB, PSI, ZETA, PHI, DD,
             if HAS_D:
                 acc += tl.load(DD + h).to(tl.float32) * vt
             if SAVE_Y:
-                store_rows_p(YS + h * P + p0, R * H * P, H * P, ti, r, valid, acc, PV)
+                store_rows_p(YS + h * P + p0, sy_t, sv_t, ti, r, valid, acc, PV)
             _n, _rstd, _nw, _zt, _zz, _sg, _gate, o = norm_gate(acc, Z + h * P + p0, ZETA + h * R * P + p0,
                                                                 NW + h * P + p0, sv_t, tok0, ntok, r, valid, P, PV,
                                                                 eps, R, BM, BP, HAS_Z, NORM, HAS_NW, GATHER)
