@@ -143,16 +143,18 @@ def main():
                      R(scan, scan_states=False, name=f"{scan.name}-dstates"),
                      R(scan, scan_states=False, scan_dstates=False, name=f"{scan.name}-chunked-passes"),
                      R(scan, bwd_dots16=False, name=f"{scan.name}-tf32bwd"),
-                     # the dq / dk kernels on 16-bit dots too (bwd16_dqk: 30.47 against 30.03 ms, 28th session)
+                     # the dq / dk kernels on 16-bit dots too (bwd16_dqk: 30.47 against 30.03 ms, 28th session,
+                     # before bwd_store_dpw; with it the stored dP is 16-bit too)
                      R(scan, bwd16_dqk=True, name=f"{scan.name}-dqk16"),
                      # the scan's operands broadcast per token / rank (scan_gather off: 30.47 against 29.53 ms)
                      R(scan, scan_gather=False, name=f"{scan.name}-bcast"),
                      # y kept from the forward for the epilogue's backward (save_y: 29.07 → 25.15 ms, 39th session,
                      # for 1.07 GB more memory here)
                      R(scan, save_y=True, name=f"{scan.name}-savey"),
-                     # the dq / dk kernels load the weighted dP the dv kernel stores (bwd_store_dpw; not timed yet)
-                     R(scan, bwd_store_dpw=True, name=f"{scan.name}-dpw"),
-                     R(scan, bwd_store_dpw=True, save_y=True, name=f"{scan.name}-savey-dpw")]
+                     # the dq / dk kernels forming the weighted dP again instead of loading the dv kernel's
+                     # (bwd_store_dpw off: 28.96 against 29.44 ms, H100, 40th session)
+                     R(scan, bwd_store_dpw=False, name=f"{scan.name}-nodpw"),
+                     R(scan, bwd_store_dpw=False, save_y=True, name=f"{scan.name}-savey-nodpw")]
         # fp32 inputs (tf32x3 dots): the default tiles spill ≈ 4 KB per thread (AOT sm_90), 32-row tiles ≤ 712 B
         variants = [(v, torch.bfloat16) for v in variants] + [
             (base, torch.float32), (R(base, bm=32, bm_bwd=32, state_tiles=4, name=f"{base.name}-bm32-st4"),

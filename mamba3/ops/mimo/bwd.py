@@ -267,7 +267,8 @@ def mimo_bwd_dv_kernel(Q, K, V, ROT, CS, GAM, SCL, QB, KB, PSI, DD, DY, DSEND,
     decay, DCV[NSL + 1 + s, h, chunk's last token] for the tile s-th in its chunk. The last token's own state term
     does not depend on c (e^0) and appears in neither: the two would cancel, leaving an fp32 residue.
     STORE_DPW (``MimoConfig.bwd_store_dpw``): the weighted dP block of each query tile s tiles after this key tile,
-    [BM keys, BM queries] fp32, goes to DPW[tile, h, s] for the dq / dk kernels."""
+    [BM keys, BM queries], goes to DPW[tile, h, s] for the dq / dk kernels, in DPW's dtype (``launch.dpw_dtype``: the
+    dq / dk kernels' 16-bit operand dtype where their dots take 16-bit operands, fp32 otherwise)."""
     CT: tl.constexpr = BM // R
     sc = tl.program_id(0)
     h = tl.program_id(1)
@@ -334,7 +335,7 @@ def mimo_bwd_dv_kernel(Q, K, V, ROT, CS, GAM, SCL, QB, KB, PSI, DD, DY, DSEND,
                                        CT, True), R, BM)
         if STORE_DPW:
             tl.store(DPW + ((sc * H + h).to(tl.int64) * NSL + (qt0 - tok0) // CT) * BM * BM + pair_block_offsets(BM),
-                     dpt * wt)
+                     (dpt * wt).to(DPW.dtype.element_ty))
         dvt = mdot(at * wt, dy_q, dvt, DOT_PREC)
         e_later = bcast_pairs(tl.where(strict, e, 0.0), R, BM)
         x = dpt * at

@@ -104,11 +104,16 @@ class MimoConfig:
         B1 T32768 (chunked forward) 6.23 / 33.22 → 6.51 / 28.90. Off by default for the memory; the public
         ``mamba3_mimo(save_y=True)`` (and ``Mamba3(mimo_save_y=True)``) turns it on.
     bwd_store_dpw: the dv kernel, which forms the weighted scores' gradient W ∘ dP of every in-chunk pair block for
-        its log-decay partials, stores it (fp32, [BM, BM] per key tile, head and query tile: 1.07 GB at B=8,
-        T=4096, H=32, R=4 with one tile per state chunk, for the backward's duration); the dq and dk kernels load it
-        instead of forming it again from dy and ṽ, once per N-pair block each. The dq / dk products then take dP as
-        the dv kernel's dots give it (16-bit operands where ``bwd_dots16``). Prepared in the thirty-ninth session
-        without a GPU to time it: AOT sm_90, bf16, P = 64, see docs/performance.md.
+        its log-decay partials, stores it ([BM, BM] per key tile, head and query tile of the chunk, for the
+        backward's duration); the dq and dk kernels, launched after it, load it instead of forming it again from dy
+        and ṽ once per N-pair block each. The dq / dk products then take dP as the dv kernel's dots give it (16-bit
+        operands where ``bwd_dots16``). Stored in fp32 where the dq / dk dots are tf32 / tf32x3 (the default:
+        1.07 GB at B=8, T=4096, H=32, R=4, one tile per state chunk), in the 16-bit operand dtype where they take
+        16-bit operands (``bwd16_dqk``: they round it so anyway). AOT sm_90, bf16, P = 64, spilled bytes per
+        thread dq / dk / dv 132 / 156 / 108 → 92 / 64 / 208. H100 (fortieth session, two machines; bf16, B=8, T=4096,
+        the scan variant, ``bench_mimo.py --sweep``), forward+backward ms: 29.29 → 28.88, 29.44 → 28.96; with
+        ``save_y`` 25.64 → 25.22, 25.81 → 25.34. On in :meth:`scan_variant` (where it was timed); the chunked
+        configurations (two tiles per state chunk: twice the blocks) keep it off, untimed.
     bk_dv: the dv kernel's N-pair block where it differs from ``bk_bwd`` (0: ``bk_bwd``): set by :meth:`for_dtype`
         from ``bk_bwd16`` when ``bwd16_dqk`` is off; read through :attr:`dv_block`.
     scan_fwd: the forward (not the backward's recompute) as one walk per (sequence, head, P block) over its state
@@ -175,8 +180,9 @@ class MimoConfig:
     def scan_variant(self) -> "MimoConfig":
         """This configuration with the scan forward and the backward's two state passes as scans (``scan_states``,
         ``scan_dstates``), one token tile per state chunk (for the backward's other kernels too: the same speed
-        there, H200 B8 T4096 backward 28.7 ms at 1 tile against 29.2 at 2)."""
-        return replace(self, scan_fwd=True, state_tiles=1, scan_states=True, scan_dstates=True,
+        there, H200 B8 T4096 backward 28.7 ms at 1 tile against 29.2 at 2), and the dq / dk kernels loading the
+        weighted dP the dv kernel stored (``bwd_store_dpw``)."""
+        return replace(self, scan_fwd=True, state_tiles=1, scan_states=True, scan_dstates=True, bwd_store_dpw=True,
                        name=f"{self.name}-scan")
 
     def for_dtype(self, dtype: torch.dtype) -> "MimoConfig":
@@ -357,8 +363,9 @@ def aot_launches(arch: int):
     The state-passing and angle kernels use no dots (shared memory only for reduction / scan scratch) and are
     listed once (the angle kernels at A = 32 and A = 128, their two block shapes' extremes). A configuration
     whose scan forward the launcher may pick (``scan_fwd`` None) adds that kernel for 16-bit inputs (the only ones
-    ``for_grid`` picks it for), with the backward's state-pass scans. Each configuration's output kernels (and scan
-    forward) once more with ``save_y``, which any caller may turn on (``mamba3_mimo(save_y=True)``).
+    ``for_grid`` picks it for), with the backward's state-pass scans and its dv / dq / dk kernels (``bwd_store_dpw``).
+    Each configuration's output kernels (and scan forward) once more with ``save_y``, which any caller may turn on
+    (``mamba3_mimo(save_y=True)``).
     """
     from mamba3.dispatch import arch_spec
 
@@ -380,9 +387,9 @@ def aot_launches(arch: int):
         saving = replace(cfg, save_y=True, name=f"{cfg.name}-savey")
         for dtype in (torch.float32, torch.bfloat16):
             launches += aot_kernel_launches(saving, headdim=p, dtype=dtype, arch=arch, kernels=("mimo_out",))
-        if cfg.scan_fwd is None:  # the scan forward with the backward's state-pass scans
+        if cfg.scan_fwd is None:  # the scan forward with the backward's state-pass scans and stored dP blocks
             launches += aot_kernel_launches(cfg.scan_variant(), headdim=p, dtype=torch.bfloat16, arch=arch,
-                                            kernels=("mimo_scan_out", "mimo_state_scan_bwd"))
+                                            kernels=("mimo_scan_out", "mimo_state_scan_bwd", "mimo_bwd"))
             launches += [x for x in aot_kernel_launches(saving.scan_variant(), headdim=p, dtype=torch.bfloat16,
                                                         arch=arch, kernels=("mimo_scan_out",))
                          if "-states]" not in x.name]

@@ -138,6 +138,13 @@ def dqk_precision(cfg: MimoConfig, dot_prec: str, bwd_prec: str) -> str:
     return bwd_prec if cfg.bwd16_dqk else dot_prec
 
 
+def dpw_dtype(dqk_prec: str) -> torch.dtype:
+    """The stored weighted dP blocks' dtype (``MimoConfig.bwd_store_dpw``): the dq / dk kernels' 16-bit dot operand
+    dtype where their dots take 16-bit operands (they round it so before the dot anyway: the same products at half
+    the memory and traffic), fp32 otherwise."""
+    return {"bf16": torch.bfloat16, "fp16": torch.float16}.get(dqk_prec, torch.float32)
+
+
 def chunk_states(L: Launch, mode: int, x, y, bias, rot, cs, scl, psi):
     """Per state chunk: ΔS (mode 0, x = v, y = k) or Σ e^{c} dy q̃ᵀ (mode 1, x = dy, y = q)."""
     cfg, T = L.cfg, L.tables
@@ -357,8 +364,9 @@ def backward(L: Launch, t, sin, dout, dsfin, ys=None):
     dgam = torch.empty(L.H, L.TT, device=dev, dtype=f32)
     # the weighted dP blocks, per (key tile, head, query tile of the chunk from the key's on), for the dq / dk
     # kernels (MimoConfig.bwd_store_dpw): written by the dv kernel, which therefore runs first
-    dpw = (torch.empty(TB.nsc, L.H, nsl, cfg.bm_bwd, cfg.bm_bwd, device=dev, dtype=f32) if cfg.bwd_store_dpw
-           else cs)
+    dqk_prec = dqk_precision(cfg, L.dot_prec, L.bwd_prec)
+    dpw = (torch.empty(TB.nsc, L.H, nsl, cfg.bm_bwd, cfg.bm_bwd, device=dev, dtype=dpw_dtype(dqk_prec))
+           if cfg.bwd_store_dpw else cs)
     mimo_bwd_dv_kernel[(TB.nsc, L.H)](
         q, k, v, rot, cs, gam, scl, t["qb"], t["kb"], t["psi"], t["D"] if t["D"] is not None else cs, dy, dsend,
         dv, dpsip, ddp, dscl, dgam, dcv, dpw,
@@ -370,7 +378,7 @@ def backward(L: Launch, t, sin, dout, dsfin, ys=None):
             q, k, v, rot, cs, gam, scl, t["qb"], t["kb"], t["psi"], dy, sin, dsend, dpw, dx, dth, dcp, dxbp,
             TB.sc_start, TB.sc_end, TB.sc_bc, TB.bc_start, TB.bc_end, L.TT, L.H, L.HG, L.G, L.N2, L.A, L.P, nsl,
             R=L.R, BM=cfg.bm_bwd, BK=cfg.bk_bwd, BP=L.BP, IS_K=is_k,
-            DOT_PREC=dqk_precision(cfg, L.dot_prec, L.bwd_prec), LOAD_DPW=cfg.bwd_store_dpw,
+            DOT_PREC=dqk_prec, LOAD_DPW=cfg.bwd_store_dpw,
             num_warps=cfg.warps_bwd, num_stages=cfg.stages)
     dcs = dcp.sum(0) + dcv.sum(0)
     dcs.index_add_(1, (T.bc_end - 1).long(), dcend)
@@ -442,16 +450,18 @@ def aot_kernel_launches(cfg: MimoConfig, headdim: int, dtype, arch: int, dstate:
             dict(R=R, BM=cfg.bm, BP=bps, BK=cfg.bk, HAS_DSFIN=True, DOT_PREC=prec, num_warps=cfg.state_warps,
                  num_stages=cfg.stages)))
     bwd_w = dict(num_warps=cfg.warps_bwd, num_stages=cfg.stages)
+    dqk_prec = dqk_precision(cfg, prec, bwd_prec)
+    dpw = e(16, dt=dpw_dtype(dqk_prec)) if cfg.bwd_store_dpw else f
     for is_k in (False, True):
         out.append(KernelLaunch(
             f"mimo_bwd_dqk_kernel[{'dk' if is_k else 'dq'}]-{tag}", mimo_bwd_dqk_kernel,
-            (q, q, v, f, f, f, f, f, f, f, f, f, f, f, q, f, f, f,
+            (q, q, v, f, f, f, f, f, f, f, f, f, f, dpw, q, f, f, f,
              i32(16), i32(16), i32(16), i32(16), i32(16), TT, H, H // G, G, N2, A, P, 1),
-            dict(R=R, BM=cfg.bm_bwd, BK=cfg.bk_bwd, BP=BP, IS_K=is_k, DOT_PREC=dqk_precision(cfg, prec, bwd_prec),
+            dict(R=R, BM=cfg.bm_bwd, BK=cfg.bk_bwd, BP=BP, IS_K=is_k, DOT_PREC=dqk_prec,
                  LOAD_DPW=cfg.bwd_store_dpw, **bwd_w)))
     out.append(KernelLaunch(
         f"mimo_bwd_dv_kernel-{tag}", mimo_bwd_dv_kernel,
-        (q, q, v, f, f, f, f, f, f, f, f, f, f, v, f, f, f, f, f, f,
+        (q, q, v, f, f, f, f, f, f, f, f, f, f, v, f, f, f, f, f, dpw,
          i32(16), i32(16), i32(16), i32(16), i32(16), TT, H, H // G, G, N2, A, P, 2),
         dict(R=R, BM=cfg.bm_bwd, BK=cfg.dv_block, BP=BP, HAS_D=True, ONE_K=N2 <= cfg.dv_block, DOT_PREC=bwd_prec,
              STORE_DPW=cfg.bwd_store_dpw, **bwd_w)))
