@@ -135,7 +135,12 @@ def main():
                      # 16-bit backward dots at 32-row backward tiles and 32-column pair blocks: right on the H200
                      # (fifteenth session's GPU tests), where the 64-row dq kernel was wrong
                      R(base, bm_bwd=32, bk_bwd16=0, name=f"{base.name}-bwd32-bk32"),
-                     R(base, save_y=True, name=f"{base.name}-savey")]  # B1 T32768: 33.22 → 28.90 ms
+                     R(base, save_y=True, name=f"{base.name}-savey"),  # B1 T32768: 33.22 → 28.90 ms
+                     R(base, save_y=True, save_y16=True, name=f"{base.name}-savey16"),  # y in bf16 (not timed yet)
+                     # the chunked forward with the stored weighted dP (bwd_store_dpw: on in the scan variant, 40th
+                     # session; not timed here), at two tiles per state chunk (twice the blocks) and at one
+                     R(base, bwd_store_dpw=True, name=f"{base.name}-dpw"),
+                     R(base, bwd_store_dpw=True, state_tiles=1, name=f"{base.name}-st1-dpw")]
         # the scan forward (one walk per sequence, head and P block; the state in registers), forced, with the
         # backward's state passes as scans (scan_variant: scan_states and scan_dstates), one of them, or neither
         scan = chosen.scan_variant()
@@ -151,6 +156,8 @@ def main():
                      # y kept from the forward for the epilogue's backward (save_y: 29.07 → 25.15 ms, 39th session,
                      # for 1.07 GB more memory here)
                      R(scan, save_y=True, name=f"{scan.name}-savey"),
+                     # y kept in bf16 (save_y16: half of save_y's memory; not timed yet)
+                     R(scan, save_y=True, save_y16=True, name=f"{scan.name}-savey16"),
                      # the dq / dk kernels forming the weighted dP again instead of loading the dv kernel's
                      # (bwd_store_dpw off: 28.96 against 29.44 ms, H100, 40th session)
                      R(scan, bwd_store_dpw=False, name=f"{scan.name}-nodpw"),

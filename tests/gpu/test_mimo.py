@@ -162,6 +162,14 @@ def test_save_y(p, cfg, dtype):
     _check_candidate(p, cfg, dtype)
 
 
+@pytest.mark.parametrize("p,cfg", _every_config_with("savey16", save_y=True, save_y16=True),
+                         ids=lambda x: str(x) if isinstance(x, int) else x.name)
+def test_save_y16(p, cfg):
+    """``MimoConfig.save_y16`` (y kept in bf16 for bf16 inputs; not on by default) on every configuration, as
+    :func:`test_save_y`, bf16 only (other inputs keep y in fp32)."""
+    _check_candidate(p, cfg, torch.bfloat16)
+
+
 @pytest.mark.parametrize("p,cfg", _every_config_with("dpw", bwd_store_dpw=True) + [
     (p, c) for p, c in _every_config_with("dpw-dqk16", bwd_store_dpw=True, bwd16_dqk=True) if c.bwd_dots16],
                          ids=lambda x: str(x) if isinstance(x, int) else x.name)

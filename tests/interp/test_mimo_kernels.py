@@ -255,24 +255,27 @@ def test_scan_forward_needs_one_tile_per_state_chunk():
 
 
 @pytest.mark.parametrize("scan", [True, False], ids=["scan", "chunked"])
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
-def test_save_y(dtype, scan, monkeypatch):
+@pytest.mark.parametrize("dtype,y16", [(torch.float32, False), (torch.bfloat16, False), (torch.bfloat16, True)],
+                         ids=["fp32", "bf16", "bf16-y16"])
+def test_save_y(dtype, y16, scan, monkeypatch):
     """``MimoConfig.save_y``: the forward (the scan walk, or the chunked output kernel) keeps y before the epilogue
-    and the epilogue's backward reads it. Every gradient against float64, with the fused RMSNorm, z, φ, input
-    states, packed sequences; in fp32 the same errors as computing y again (to fp32 rounding)."""
+    and the epilogue's backward reads it (``save_y16``: kept in bf16). Every gradient against float64, with the
+    fused RMSNorm, z, φ, input states, packed sequences; in fp32 the same errors as computing y again (to fp32
+    rounding)."""
     from mamba3.ops.mimo import launch
     from mamba3.ops.mimo.configs import MimoConfig
-    from mamba3.testing.calls import count_calls
 
-    calls = count_calls(monkeypatch, launch, "new_ys")
+    kept = []  # the y buffers the forward allocated
+    new_ys = launch.new_ys
+    monkeypatch.setattr(launch, "new_ys", lambda L, v: kept.append(new_ys(L, v)) or kept[-1])
     cfg = MimoConfig(**SCAN, name="tiny-scan") if scan else MimoConfig(**dict(SCAN, scan_fwd=False, state_tiles=2),
                                                                          name="tiny")
     kw = dict(bsz=1, seqlen=19, nheads=2, ngroups=1, dstate=32, headdim=16, rank=2, states=True, rms_norm=True,
               cu_seqlens=[0, 13, 19])
-    errs = _check(dtype, config=dataclasses.replace(cfg, save_y=True), **kw)
-    assert len(calls["new_ys"]) == 1
+    errs = _check(dtype, config=dataclasses.replace(cfg, save_y=True, save_y16=y16), **kw)
+    assert [y.dtype for y in kept] == [torch.bfloat16 if y16 else torch.float32]
     again = _check(dtype, config=cfg, **kw)
-    assert len(calls["new_ys"]) == 1
+    assert len(kept) == 1
     if dtype == torch.float32:
         for name, e in errs.items():
             assert abs(e - again[name]) <= 1e-7 + 0.05 * again[name], (name, e, again[name])

@@ -103,6 +103,11 @@ class MimoConfig:
         ms (thirty-ninth session, ``bench_mimo.py --sweep``): B8 T4096 (scan forward) 4.82 / 29.08 → 5.20 / 25.16,
         B1 T32768 (chunked forward) 6.23 / 33.22 → 6.51 / 28.90. Off by default for the memory; the public
         ``mamba3_mimo(save_y=True)`` (and ``Mamba3(mimo_save_y=True)``) turns it on.
+    save_y16: with ``save_y`` and bf16 inputs, y is kept in bf16 (half the memory: 0.54 GB at the shape above; the
+        backward's epilogue then differentiates at a y rounded to bf16, as it rounds its output). Interpreter, bf16,
+        T = 19, every feature, scan and chunked: worst gradient error 3.48e-3 with fp32 y, 3.26e-3 / 3.32e-3 with bf16
+        y (fortieth session). fp16 and fp32 inputs keep y in fp32 (fp16's range could overflow where the normalised
+        output would not). Prepared without a GPU to time or test it: off.
     bwd_store_dpw: the dv kernel, which forms the weighted scores' gradient W ∘ dP of every in-chunk pair block for
         its log-decay partials, stores it ([BM, BM] per key tile, head and query tile of the chunk, for the
         backward's duration); the dq and dk kernels, launched after it, load it instead of forming it again from dy
@@ -162,6 +167,7 @@ class MimoConfig:
     bk_bwd16: int = 0
     bwd16_dqk: bool = False
     save_y: bool = False
+    save_y16: bool = False
     bwd_store_dpw: bool = False
     bk_dv: int = 0
     scan_fwd: bool | None = False

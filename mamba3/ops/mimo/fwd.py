@@ -181,7 +181,7 @@ def mimo_out_kernel(Q, K, V, ROT, CS, GAM, SCL, QB, KB, PSI, ZETA, PHI, DD, Z, N
                     TOK_PREC: tl.constexpr, Y_IO: tl.constexpr = 0):
     """y for the BM rows of one token tile (grid: (token tiles, H)), then the output epilogue (BWD=False) or
     its backward (BWD=True: DOUT → DY (TT, R, H, P) fp32, DZ, and per-tile partials of dφ, dζ, dw).
-    Y_IO (``MimoConfig.save_y``): 1, the forward also stores y at YS (TT, R, H, P) fp32; 2, the backward loads y
+    Y_IO (``MimoConfig.save_y``): 1, the forward also stores y at YS (TT, R, H, P; YS's dtype); 2, the backward loads y
     from there instead of computing it again."""
     CT: tl.constexpr = BM // R
     sc = tl.program_id(0)
@@ -281,7 +281,7 @@ def mimo_scan_out_kernel(Q, K, V, ROT, CS, GAM, SCL, QB, KB, PSI, ZETA, PHI, DD,
     STATES (the backward's recompute, ``MimoConfig.scan_states``): no outputs and no final state; the state entering
     each state chunk goes to SIN (state chunks, H, P, N), as the chunk-state kernel and the state pass give it.
     GATHER (``MimoConfig.scan_gather``): the per-token and per-rank operands loaded per row (:func:`rot_pair`).
-    SAVE_Y (``MimoConfig.save_y``): y before the epilogue also goes to YS (TT, R, H, P) fp32, for the backward.
+    SAVE_Y (``MimoConfig.save_y``): y before the epilogue also goes to YS (TT, R, H, P; YS's dtype), for the backward.
     (Running the output epilogue's backward in that walk as well, in place of the output kernel's backward pass, was
     timed on the H200 in the twenty-seventh session: 34.5 against 30.7 ms forward+backward at B8 T4096; removed.)"""
     pb = tl.program_id(0)

@@ -208,8 +208,8 @@ def empty_outputs(L: Launch, v, has_out: bool):
 
 def out_pass(L: Launch, t, sin, bwd=False, dout=None, ys=None):
     """Forward outputs (bwd=False) or the epilogue backward (bwd=True, returns dy, dz, dφ, dζ, dw partials).
-    ys: the pre-epilogue y (TT, R, H, P) fp32 that the forward stores (bwd=False) or the backward reads instead of
-    computing it again (bwd=True; ``MimoConfig.save_y``), or None."""
+    ys: the pre-epilogue y (TT, R, H, P) in ``ys_dtype`` that the forward stores (bwd=False) or the backward reads
+    instead of computing it again (bwd=True; ``MimoConfig.save_y``), or None."""
     cfg, T = L.cfg, L.tables
     q, k, v, rot, cs, gam, scl = t["q"], t["k"], t["v"], t["rot"], t["cs"], t["gam"], t["scl"]
     has_out = t["phi"] is not None
@@ -248,9 +248,14 @@ def uses_scan(L: Launch) -> bool:
     return L.cfg.scan_fwd and L.N2 <= L.cfg.bk
 
 
+def ys_dtype(cfg: MimoConfig, dtype: torch.dtype) -> torch.dtype:
+    """The kept pre-epilogue y's dtype (``MimoConfig.save_y``): bf16 for bf16 inputs with ``save_y16``, else fp32."""
+    return torch.bfloat16 if cfg.save_y16 and dtype == torch.bfloat16 else torch.float32
+
+
 def new_ys(L: Launch, v):
-    """An uninitialised buffer for the pre-epilogue y (TT, R, H, P) fp32 (``MimoConfig.save_y``)."""
-    return torch.empty(L.TT, L.R, L.H, L.P, device=v.device, dtype=torch.float32)
+    """An uninitialised buffer for the pre-epilogue y (TT, R, H, P) (``MimoConfig.save_y``), in :func:`ys_dtype`."""
+    return torch.empty(L.TT, L.R, L.H, L.P, device=v.device, dtype=ys_dtype(L.cfg, v.dtype))
 
 
 def scan_forward(L: Launch, t, ys=None):
@@ -405,6 +410,7 @@ def aot_kernel_launches(cfg: MimoConfig, headdim: int, dtype, arch: int, dstate:
     q = e(16, dt=dtype)
     v = e(16, dt=dtype)
     f = e(16)
+    ys = e(16, dt=ys_dtype(cfg, dtype))
     tag = f"{cfg.name}-N{N}-P{P}-{str(dtype).split('.')[-1]}"
     bps = min(cfg.bp_state, BP)
     common_w = dict(num_warps=cfg.warps, num_stages=cfg.stages)
@@ -423,7 +429,7 @@ def aot_kernel_launches(cfg: MimoConfig, headdim: int, dtype, arch: int, dstate:
     for bwd in (False, True):
         out.append(KernelLaunch(
             f"mimo_out_kernel[{'bwd' if bwd else 'fwd'}]-{tag}", mimo_out_kernel,
-            (q, q, v, f, f, f, f, f, f, f, f, f, f, v, f, f, v, v, f, v, f, f, f, f,
+            (q, q, v, f, f, f, f, f, f, f, f, f, f, v, f, f, v, v, f, v, f, f, f, ys,
              i32(16), i32(16), i32(16), i32(16), TT, H, H // G, G, N2, A, P, 1e-5),
             dict(R=R, BM=cfg.bm, BK=cfg.bk, BP=BP, HAS_D=True, HAS_Z=True, HAS_OUT=True, NORM=True, HAS_NW=True,
                  BWD=bwd, ONE_K=N2 <= cfg.bk, DOT_PREC=prec, TOK_PREC=prec if bwd else fwd_prec,
@@ -434,7 +440,7 @@ def aot_kernel_launches(cfg: MimoConfig, headdim: int, dtype, arch: int, dstate:
             out.append(KernelLaunch(
                 f"mimo_scan_out_kernel[bp{bps}-w{cfg.scan_warps}{'-states' if states else ''}]-{tag}",
                 mimo_scan_out_kernel,
-                (q, q, v, f, f, f, f, f, f, f, f, f, f, v, f, f, v, f, f, f, i32(16), i32(16), i32(16), 64, TT, H,
+                (q, q, v, f, f, f, f, f, f, f, f, f, f, v, f, f, v, f, f, ys, i32(16), i32(16), i32(16), 64, TT, H,
                  H // G,
                  G, N2, A, P, 1e-5),
                 dict(R=R, BM=cfg.bm, BK=cfg.bk, BP=bps, HAS_D=not states, HAS_Z=not states, HAS_OUT=not states,

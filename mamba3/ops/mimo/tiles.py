@@ -176,11 +176,12 @@ def load_rows_p(X, sx_t, sx_r, tok, r, valid, P, BP: tl.constexpr):
 
 @triton.jit
 def store_rows_p(X, sx_t, sx_r, tok, r, valid, x, P):
-    """Stores [BM, BP] rows x at a per-row (t, r) tensor, :func:`load_rows_p`'s layout; P columns valid."""
+    """Stores [BM, BP] rows x at a per-row (t, r) tensor, :func:`load_rows_p`'s layout, in X's dtype; P columns
+    valid."""
     BP: tl.constexpr = x.shape[1]
     pp = tl.arange(0, BP)
     off = tok.to(tl.int64)[:, None] * sx_t + r[:, None] * sx_r + pp[None, :]
-    tl.store(X + off, x, mask=valid[:, None] & (pp < P)[None, :])
+    tl.store(X + off, x.to(X.dtype.element_ty), mask=valid[:, None] & (pp < P)[None, :])
 
 
 @triton.jit
