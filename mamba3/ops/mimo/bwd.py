@@ -333,10 +333,10 @@ def mimo_bwd_dv_kernel(Q, K, V, ROT, CS, GAM, SCL, QB, KB, PSI, DD, DY, DSEND,
         strict, same = later_mask(tok0, qt0, CT, True)
         wt = bcast_pairs(token_weights(e, strict, same, SCL + h * TT, GAM + h * TT, tok0, tok1 - tok0, qt0, te - qt0,
                                        CT, True), R, BM)
+        dvt = mdot(at * wt, dy_q, dvt, DOT_PREC)
         if STORE_DPW:
             tl.store(DPW + ((sc * H + h).to(tl.int64) * NSL + (qt0 - tok0) // CT) * BM * BM + pair_block_offsets(BM),
                      (dpt * wt).to(DPW.dtype.element_ty))
-        dvt = mdot(at * wt, dy_q, dvt, DOT_PREC)
         e_later = bcast_pairs(tl.where(strict, e, 0.0), R, BM)
         x = dpt * at
         xe = x * e_later
