@@ -34,7 +34,7 @@ import triton.language as tl
 from ..common.tiles import fast_exp
 from .fwd import add_local_state
 from .tiles import (bcast_pairs, dot_operand, later_mask, load_rank_p, load_rows_p, load_state_pair, mdot, mdot_split,
-                    pair_block_offsets, pair_weights, qk_pointers, rot_pair, rows_of, state_block_ids, store_state_pair,
+                    pair_block_ptrs, pair_weights, qk_pointers, rot_pair, rows_of, state_block_ids, store_state_pair,
                     token_decays, token_strides, token_tile, token_weights, vtilde)
 
 
@@ -178,8 +178,7 @@ def mimo_bwd_dqk_kernel(Q, K, V, ROT, CS, GAM, SCL, QB, KB, PSI, DY, SIN, DSEND,
             for kt0 in range(tb, tok1, CT):
                 if LOAD_DPW:  # the block the key tile kt0 (back tiles before this one) stored for this query tile
                     back = (tok0 - kt0) // CT
-                    dpw = tl.load(DPW + (((sc - back) * H + h).to(tl.int64) * NSL + back) * BM * BM
-                                  + pair_block_offsets(BM, True))
+                    dpw = tl.load(pair_block_ptrs(DPW, sc - back, h, back, H, NSL, BM, True))
                 else:
                     vt_j = vtilde(Vh, sv_t, PSIh, P, kt0, tok1 - kt0, P, R, BM, BP)
                     dp = mdot(dy_i, tl.trans(vt_j), None, DOT_PREC)  # [BM, BM]
@@ -215,8 +214,7 @@ def mimo_bwd_dqk_kernel(Q, K, V, ROT, CS, GAM, SCL, QB, KB, PSI, DY, SIN, DSEND,
             dx2 = mdot(vt_i, d2, None, DOT_PREC) * wst
             for qt0 in range(tok0, te, CT):
                 if LOAD_DPW:
-                    dpw = tl.load(DPW + ((sc * H + h).to(tl.int64) * NSL + (qt0 - tok0) // CT) * BM * BM
-                                  + pair_block_offsets(BM))
+                    dpw = tl.load(pair_block_ptrs(DPW, sc, h, (qt0 - tok0) // CT, H, NSL, BM))
                 else:
                     tq_, rq, vq = rows_of(te - qt0, R, BM)
                     dy_q = load_rows_p(DYh, sy_t, sv_t, qt0 + tq_, rq, vq, P, BP)
@@ -335,8 +333,7 @@ def mimo_bwd_dv_kernel(Q, K, V, ROT, CS, GAM, SCL, QB, KB, PSI, DD, DY, DSEND,
                                        CT, True), R, BM)
         dvt = mdot(at * wt, dy_q, dvt, DOT_PREC)
         if STORE_DPW:
-            tl.store(DPW + ((sc * H + h).to(tl.int64) * NSL + (qt0 - tok0) // CT) * BM * BM + pair_block_offsets(BM),
-                     (dpt * wt).to(DPW.dtype.element_ty))
+            tl.store(pair_block_ptrs(DPW, sc, h, (qt0 - tok0) // CT, H, NSL, BM), (dpt * wt).to(DPW.dtype.element_ty))
         e_later = bcast_pairs(tl.where(strict, e, 0.0), R, BM)
         x = dpt * at
         xe = x * e_later

@@ -115,8 +115,8 @@ class MimoConfig:
         operands where ``bwd_dots16``). Stored in fp32 where the dq / dk dots are tf32 / tf32x3 (the default:
         1.07 GB at B=8, T=4096, H=32, R=4, one tile per state chunk), in the 16-bit operand dtype where they take
         16-bit operands (``bwd16_dqk``: they round it so anyway). AOT sm_90, bf16, P = 64, spilled bytes per
-        thread dq / dk / dv 132 / 156 / 108 → 92 / 64 / 188 (208 as timed below, the block stored before the dv
-        dot). H100 (fortieth session, two machines; bf16, B=8, T=4096, the scan variant, ``bench_mimo.py
+        thread dq / dk / dv 132 / 156 / 108 → 72 / 52 / 188 (92 / 64 / 208 as timed below, before the block's store
+        moved after the dv dot and its addressing into ``tiles.pair_block_ptrs``). H100 (fortieth session, two machines; bf16, B=8, T=4096, the scan variant, ``bench_mimo.py
         --sweep``), forward+backward ms: 29.29 → 28.88, 29.44 → 28.96; with ``save_y`` 25.64 → 25.22, 25.81 →
         25.34; H200 29.21 → 28.64. On in :meth:`scan_variant` (where it was timed); the chunked configurations (two
         tiles per state chunk: twice the blocks) keep it off, untimed.

@@ -441,13 +441,11 @@ def aot_kernel_launches(cfg: MimoConfig, headdim: int, dtype, arch: int, dstate:
                 f"mimo_scan_out_kernel[bp{bps}-w{cfg.scan_warps}{'-states' if states else ''}]-{tag}",
                 mimo_scan_out_kernel,
                 (q, q, v, f, f, f, f, f, f, f, f, f, f, v, f, f, v, f, f, ys, i32(16), i32(16), i32(16), 64, TT, H,
-                 H // G,
-                 G, N2, A, P, 1e-5),
+                 H // G, G, N2, A, P, 1e-5),
                 dict(R=R, BM=cfg.bm, BK=cfg.bk, BP=bps, HAS_D=not states, HAS_Z=not states, HAS_OUT=not states,
                      NORM=bps >= BP and not states, HAS_NW=bps >= BP and not states, HAS_S0=True, DOT_PREC=prec,
                      TOK_PREC=fwd_prec, STATES=states, GATHER=cfg.scan_gather, SAVE_Y=cfg.save_y and not states,
-                     num_warps=cfg.scan_warps,
-                     num_stages=cfg.stages)))
+                     num_warps=cfg.scan_warps, num_stages=cfg.stages)))
     if cfg.scan_dstates:
         bps = min(cfg.bp_state, BP)
         out.append(KernelLaunch(

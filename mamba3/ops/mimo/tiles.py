@@ -265,13 +265,15 @@ def bcast_pairs(w, R: tl.constexpr, BM: tl.constexpr):
 
 
 @triton.jit
-def pair_block_offsets(BM: tl.constexpr, TRANS: tl.constexpr = False):
-    """[BM, BM] offsets of a row-major block of per-(row, column) pair values (``MimoConfig.bwd_store_dpw``);
-    TRANS: of its transpose (loading the transpose through them is no layout conversion)."""
+def pair_block_ptrs(X, tile, h, slot, H, NSL, BM: tl.constexpr, TRANS: tl.constexpr = False):
+    """[BM, BM] pointers of the row-major block X[tile, h, slot] of per-(row, column) pair values, X (token tiles,
+    H, NSL, BM, BM) (``MimoConfig.bwd_store_dpw``: the one layout its writer and readers share); TRANS: of its
+    transpose (loading the transpose through them is no layout conversion)."""
     i = tl.arange(0, BM)
+    block = X + ((tile * H + h).to(tl.int64) * NSL + slot) * BM * BM
     if TRANS:
-        return i[:, None] + i[None, :] * BM
-    return i[:, None] * BM + i[None, :]
+        return block + i[:, None] + i[None, :] * BM
+    return block + i[:, None] * BM + i[None, :]
 
 
 @triton.jit
