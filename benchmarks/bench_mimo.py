@@ -30,13 +30,76 @@ def make_args(bsz, seqlen, nheads=32, ngroups=1, dstate=128, headdim=64, rank=4,
     return args
 
 
+def sweep_variants(spec):
+    """The --sweep variants as (configuration, input dtype, headdim) for a DeviceSpec (the P = 64 configuration's
+    variants first, then the other P buckets')."""
+    import dataclasses
+
+    from mamba3.ops.mimo.configs import MimoProblem, choose_config
+
+    R = dataclasses.replace
+    chosen = choose_config(spec, MimoProblem(128, 64, 4))
+    base = R(chosen, scan_fwd=False)  # the chunked forward (the dispatcher runs the scan on filling grids)
+    variants = [R(base, state_tiles=st, name=f"{base.name}-st{st}") for st in (1, 2, 4)]
+    # the twelfth session's warp counts: each kernel family back at 8 warps (one CTA per SM)
+    variants += [R(base, warps=8, name=f"{base.name}-out8"), R(base, state_warps=8, name=f"{base.name}-state8"),
+                 R(base, warps_bwd=8, name=f"{base.name}-bwd8"),
+                 R(base, bm_bwd=32, name=f"{base.name}-bwd32"),
+                 R(base, fwd_dots16=False, name=f"{base.name}-tf32fwd"),
+                 # the backward's dots tf32 (the default before the twenty-sixth session)
+                 R(base, bwd_dots16=False, name=f"{base.name}-tf32bwd"),
+                 # 16-bit backward dots at 32-row backward tiles and 32-column pair blocks: right on the H200
+                 # (fifteenth session's GPU tests), where the 64-row dq kernel was wrong
+                 R(base, bm_bwd=32, bk_bwd16=0, name=f"{base.name}-bwd32-bk32"),
+                 R(base, save_y=True, name=f"{base.name}-savey"),  # B1 T32768: 33.22 → 28.90 ms
+                 # y in bf16: B1 T32768 30.00 → 30.85 ms (H100, 41st session)
+                 R(base, save_y=True, save_y16=True, name=f"{base.name}-savey16"),
+                 # the dq / dk kernels forming the weighted dP again (bwd_store_dpw off: B1 T32768 34.10 against
+                 # 33.43 ms, H100, 41st session), at two tiles per state chunk and at one
+                 R(base, bwd_store_dpw=False, name=f"{base.name}-nodpw"),
+                 R(base, bwd_store_dpw=False, state_tiles=1, name=f"{base.name}-st1-nodpw")]
+    # the scan forward (one walk per sequence, head and P block; the state in registers), forced, with the
+    # backward's state passes as scans (scan_variant: scan_states and scan_dstates), one of them, or neither
+    scan = chosen.scan_variant()
+    variants += [scan, R(scan, scan_dstates=False, name=f"{scan.name}-states"),
+                 R(scan, scan_states=False, name=f"{scan.name}-dstates"),
+                 R(scan, scan_states=False, scan_dstates=False, name=f"{scan.name}-chunked-passes"),
+                 R(scan, bwd_dots16=False, name=f"{scan.name}-tf32bwd"),
+                 # the dq / dk kernels on 16-bit dots too (bwd16_dqk: 30.47 against 30.03 ms, 28th session,
+                 # before bwd_store_dpw; with it the stored dP is 16-bit too)
+                 R(scan, bwd16_dqk=True, name=f"{scan.name}-dqk16"),
+                 # the scan's operands broadcast per token / rank (scan_gather off: 30.47 against 29.53 ms)
+                 R(scan, scan_gather=False, name=f"{scan.name}-bcast"),
+                 # y kept from the forward for the epilogue's backward (save_y: 29.07 → 25.15 ms, 39th session,
+                 # for 1.07 GB more memory here)
+                 R(scan, save_y=True, name=f"{scan.name}-savey"),
+                 # y kept in bf16 (save_y16: half of save_y's memory; 25.13 → 25.51 ms, H100, 41st session)
+                 R(scan, save_y=True, save_y16=True, name=f"{scan.name}-savey16"),
+                 # the dq / dk kernels forming the weighted dP again instead of loading the dv kernel's
+                 # (bwd_store_dpw off: 28.96 against 29.44 ms, H100, 40th session)
+                 R(scan, bwd_store_dpw=False, name=f"{scan.name}-nodpw"),
+                 R(scan, bwd_store_dpw=False, save_y=True, name=f"{scan.name}-savey-nodpw")]
+    # fp32 inputs (tf32x3 dots): the default tiles spill ≈ 4 KB per thread (AOT sm_90), 32-row tiles ≤ 712 B
+    variants = [(v, torch.bfloat16, 64) for v in variants] + [
+        (base, torch.float32, 64), (R(base, bwd_store_dpw=False, name=f"{base.name}-nodpw"), torch.float32, 64),
+        (R(base, bm=32, bm_bwd=32, state_tiles=4, name=f"{base.name}-bm32-st4"), torch.float32, 64)]
+    # the other P buckets' configurations (named -P<headdim>) as the dispatcher picks them and with the stored
+    # weighted dP (bwd_store_dpw: on at P = 64 since the 41st session, fp32 154.9 → 99.9 ms; untimed here)
+    for p in (16, 32, 128):
+        cfg = choose_config(spec, MimoProblem(128, p, 4))
+        variants += [(R(c, name=f"{c.name}-P{p}"), dtype, p) for dtype in (torch.bfloat16, torch.float32)
+                     for c in (cfg, R(cfg, bwd_store_dpw=True, name=f"{cfg.name}-dpw"))]
+    return variants
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="benchmarks/results/mimo.json", help="JSON path; a .md table is written beside it")
     ap.add_argument("--quick", action="store_true", help="fewer repetitions")
     ap.add_argument("--sweep", action="store_true",
                     help="also time variants of the P = 64 configuration (state chunk length, warps per kernel family, "
-                         "backward tile, tf32 forward dots, the scan forward) at B=8, T=4096 (see --sweep-batch)")
+                         "backward tile, tf32 forward dots, the scan forward; the other P buckets' configurations "
+                         "with bwd_store_dpw on and off, named -P<headdim>) at B=8, T=4096 (see --sweep-batch)")
     ap.add_argument("--only", default="", help="with --sweep: comma-separated substrings of the variants to time "
                                                "(matched against 'config/dtype', e.g. 'st1,bm32-st4/float32')")
     ap.add_argument("--shapes", default="all", choices=("all", "issue", "none"),
@@ -116,70 +179,24 @@ def main():
         torch.cuda.empty_cache()
     sweep = []
     if ns.sweep:
-        import dataclasses
-
         from mamba3.ops.mimo.check import compare as compare_with_float64
         from mamba3.testing.inputs import mimo_inputs
 
-        R = dataclasses.replace
-        chosen = choose_config(device_spec(), MimoProblem(128, 64, 4))
-        base = R(chosen, scan_fwd=False)  # the chunked forward (the dispatcher runs the scan on filling grids)
-        variants = [R(base, state_tiles=st, name=f"{base.name}-st{st}") for st in (1, 2, 4)]
-        # the twelfth session's warp counts: each kernel family back at 8 warps (one CTA per SM)
-        variants += [R(base, warps=8, name=f"{base.name}-out8"), R(base, state_warps=8, name=f"{base.name}-state8"),
-                     R(base, warps_bwd=8, name=f"{base.name}-bwd8"),
-                     R(base, bm_bwd=32, name=f"{base.name}-bwd32"),
-                     R(base, fwd_dots16=False, name=f"{base.name}-tf32fwd"),
-                     # the backward's dots tf32 (the default before the twenty-sixth session)
-                     R(base, bwd_dots16=False, name=f"{base.name}-tf32bwd"),
-                     # 16-bit backward dots at 32-row backward tiles and 32-column pair blocks: right on the H200
-                     # (fifteenth session's GPU tests), where the 64-row dq kernel was wrong
-                     R(base, bm_bwd=32, bk_bwd16=0, name=f"{base.name}-bwd32-bk32"),
-                     R(base, save_y=True, name=f"{base.name}-savey"),  # B1 T32768: 33.22 → 28.90 ms
-                     R(base, save_y=True, save_y16=True, name=f"{base.name}-savey16"),  # y in bf16 (not timed yet)
-                     # the chunked forward with the stored weighted dP (bwd_store_dpw: on in the scan variant, 40th
-                     # session; not timed here), at two tiles per state chunk (twice the blocks) and at one
-                     R(base, bwd_store_dpw=True, name=f"{base.name}-dpw"),
-                     R(base, bwd_store_dpw=True, state_tiles=1, name=f"{base.name}-st1-dpw")]
-        # the scan forward (one walk per sequence, head and P block; the state in registers), forced, with the
-        # backward's state passes as scans (scan_variant: scan_states and scan_dstates), one of them, or neither
-        scan = chosen.scan_variant()
-        variants += [scan, R(scan, scan_dstates=False, name=f"{scan.name}-states"),
-                     R(scan, scan_states=False, name=f"{scan.name}-dstates"),
-                     R(scan, scan_states=False, scan_dstates=False, name=f"{scan.name}-chunked-passes"),
-                     R(scan, bwd_dots16=False, name=f"{scan.name}-tf32bwd"),
-                     # the dq / dk kernels on 16-bit dots too (bwd16_dqk: 30.47 against 30.03 ms, 28th session,
-                     # before bwd_store_dpw; with it the stored dP is 16-bit too)
-                     R(scan, bwd16_dqk=True, name=f"{scan.name}-dqk16"),
-                     # the scan's operands broadcast per token / rank (scan_gather off: 30.47 against 29.53 ms)
-                     R(scan, scan_gather=False, name=f"{scan.name}-bcast"),
-                     # y kept from the forward for the epilogue's backward (save_y: 29.07 → 25.15 ms, 39th session,
-                     # for 1.07 GB more memory here)
-                     R(scan, save_y=True, name=f"{scan.name}-savey"),
-                     # y kept in bf16 (save_y16: half of save_y's memory; not timed yet)
-                     R(scan, save_y=True, save_y16=True, name=f"{scan.name}-savey16"),
-                     # the dq / dk kernels forming the weighted dP again instead of loading the dv kernel's
-                     # (bwd_store_dpw off: 28.96 against 29.44 ms, H100, 40th session)
-                     R(scan, bwd_store_dpw=False, name=f"{scan.name}-nodpw"),
-                     R(scan, bwd_store_dpw=False, save_y=True, name=f"{scan.name}-savey-nodpw")]
-        # fp32 inputs (tf32x3 dots): the default tiles spill ≈ 4 KB per thread (AOT sm_90), 32-row tiles ≤ 712 B
-        variants = [(v, torch.bfloat16) for v in variants] + [
-            (base, torch.float32), (R(base, bm=32, bm_bwd=32, state_tiles=4, name=f"{base.name}-bm32-st4"),
-                                    torch.float32)]
+        variants = sweep_variants(device_spec())
         # a miscompiled variant shows here first: its errors against float64 on a small case (bf16 and fp32)
-        small = {dt: mimo_inputs(bsz=2, seqlen=100, nheads=4, ngroups=1, dstate=128, headdim=64, rank=4,
-                                 nangles=32, dtype=dt, device="cuda", with_D=True, with_z=True)
-                 for dt in (torch.bfloat16, torch.float32)}
+        small = {(dt, p): mimo_inputs(bsz=2, seqlen=100, nheads=4, ngroups=1, dstate=128, headdim=p, rank=4,
+                                      nangles=32, dtype=dt, device="cuda", with_D=True, with_z=True)
+                 for dt in (torch.bfloat16, torch.float32) for p in (16, 32, 64, 128)}
         keep = [x for x in ns.only.split(",") if x]
-        for cfg, dtype in variants:
+        for cfg, dtype, headdim in variants:
             if keep and not any(x in f"{cfg.name}/{str(dtype).removeprefix('torch.')}" for x in keep):
                 continue
             sb, st = ns.sweep_batch, 32768 // ns.sweep_batch
-            args = make_args(sb, st, dtype=dtype)
+            args = make_args(sb, st, headdim=headdim, dtype=dtype)
             leaves = [x for _, x in tensor_leaves(args)]
             for x in leaves:
                 x.requires_grad_(True)
-            dout = torch.randn(sb, st, 32, 64, device="cuda", dtype=dtype)
+            dout = torch.randn(sb, st, 32, headdim, device="cuda", dtype=dtype)
 
             def fwd(cfg=cfg, args=args):
                 return call(mimo_triton, args, chunk_size=16, precision="ieee", config=cfg)[0]
@@ -187,14 +204,20 @@ def main():
             def fwd_bwd(cfg=cfg, args=args, leaves=leaves, dout=dout):
                 torch.autograd.grad(fwd(cfg, args), leaves, dout, allow_unused=True)
 
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+            held = torch.cuda.memory_allocated()  # the inputs, dout and the float64 check's small cases
             fwd_bwd()
+            peak_gb = (torch.cuda.max_memory_allocated() - held) / 1e9  # what forward+backward adds at its peak
             with torch.no_grad():
                 t_fwd = bench_ms(fwd, rep=rep)
             worst = {str(dt).removeprefix("torch."): max(compare_with_float64(a, config=cfg).items(),
-                                                         key=lambda kv: kv[1]) for dt, a in small.items()}
-            sweep.append({"config": cfg.name, "dtype": str(dtype).removeprefix("torch."), "batch": sb, "seqlen": st,
+                                                         key=lambda kv: kv[1])
+                     for (dt, p), a in small.items() if p == headdim}
+            sweep.append({"config": cfg.name, "dtype": str(dtype).removeprefix("torch."), "P": headdim,
+                          "batch": sb, "seqlen": st,
                           "fwd_ms": t_fwd,
-                          "fwd_bwd_ms": bench_ms(fwd_bwd, rep=rep),
+                          "fwd_bwd_ms": bench_ms(fwd_bwd, rep=rep), "peak_gb": round(peak_gb, 3),
                           "worst_rel_err": {k: f"{n} {e:.2e}" for k, (n, e) in worst.items()}})
             print(sweep[-1], flush=True)
             del args, leaves, dout

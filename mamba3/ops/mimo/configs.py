@@ -107,7 +107,10 @@ class MimoConfig:
         backward's epilogue then differentiates at a y rounded to bf16, as it rounds its output). Interpreter, bf16,
         T = 19, every feature, scan and chunked: worst gradient error 3.48e-3 with fp32 y, 3.26e-3 / 3.32e-3 with bf16
         y (fortieth session). fp16 and fp32 inputs keep y in fp32 (fp16's range could overflow where the normalised
-        output would not). Prepared without a GPU to time or test it: off.
+        output would not). H100 (forty-first session, ``bench_mimo.py --sweep``), bf16, forward+backward ms against
+        fp32 y: B8 T4096 (scan) 25.13 → 25.51, B1 T32768 (chunked) 30.00 → 30.85: slower (the forward's stores
+        are halved, 5.24 → 4.89 ms at B8, but the backward loses more), so off; it buys back half of ``save_y``'s
+        memory for about a tenth of its gain. Tested on every configuration (``tests/gpu/test_mimo.py``).
     bwd_store_dpw: the dv kernel, which forms the weighted scores' gradient W ∘ dP of every in-chunk pair block for
         its log-decay partials, stores it ([BM, BM] per key tile, head and query tile of the chunk, for the
         backward's duration); the dq and dk kernels, launched after it, load it instead of forming it again from dy
@@ -118,8 +121,11 @@ class MimoConfig:
         thread dq / dk / dv 132 / 156 / 108 → 72 / 52 / 188 (92 / 64 / 208 as timed below, before the block's store
         moved after the dv dot and its addressing into ``tiles.pair_block_ptrs``). H100 (fortieth session, two machines; bf16, B=8, T=4096, the scan variant, ``bench_mimo.py
         --sweep``), forward+backward ms: 29.29 → 28.88, 29.44 → 28.96; with ``save_y`` 25.64 → 25.22, 25.81 →
-        25.34; H200 29.21 → 28.64. On in :meth:`scan_variant` (where it was timed); the chunked configurations (two
-        tiles per state chunk: twice the blocks) keep it off, untimed.
+        25.34; H200 29.21 → 28.64. On in :meth:`scan_variant`. The chunked P = 64 configuration (two tiles per
+        state chunk: twice the blocks, 2.15 GB at 32768 tokens), H100, forty-first session: bf16 B1 T32768 34.10 →
+        33.43 ms (at one tile 36.19 → 35.65); fp32 inputs (tf32x3: three products per formed dP) B1 T32768 154.15 →
+        99.68, B8 T4096 154.94 → 99.86 (``benchmarks/results/mimo_dpw_chunked_sweep.md``); on there. The other P
+        buckets keep it off (untimed).
     bk_dv: the dv kernel's N-pair block where it differs from ``bk_bwd`` (0: ``bk_bwd``): set by :meth:`for_dtype`
         from ``bk_bwd16`` when ``bwd16_dqk`` is off; read through :attr:`dv_block`.
     scan_fwd: the forward (not the backward's recompute) as one walk per (sequence, head, P block) over its state
@@ -231,9 +237,10 @@ CONFIGS = {
     # P = 64 at 4 warps (two 4-warp CTAs per SM instead of one 8-warp CTA; 255 registers, ≤ 172 B spills on
     # sm_90): H200, bf16, B=8, T=4096: forward / forward+backward 9.22 / 56.6 ms at 8 warps, 6.08 / 35.0 ms.
     # The forward as the scan (``scan_fwd``) where the grid fills the GPU (``for_grid``); for 16-bit inputs the
-    # backward's dots on 16-bit operands over 64-column N-pair blocks (``bwd_dots16``, ``bk_bwd16``).
-    64: (MimoConfig(warps=4, state_warps=4, warps_bwd=4, bwd_dots16=True, bk_bwd16=64, scan_fwd=None, scan_bp=64,
-                    scan_warps=8, name="bm64-w4"),
+    # backward's dots on 16-bit operands over 64-column N-pair blocks (``bwd_dots16``, ``bk_bwd16``); the dq / dk
+    # kernels load the weighted dP the dv kernel stored (``bwd_store_dpw``: fp32 inputs 154.9 → 99.9 ms, H100).
+    64: (MimoConfig(warps=4, state_warps=4, warps_bwd=4, bwd_dots16=True, bk_bwd16=64, bwd_store_dpw=True,
+                    scan_fwd=None, scan_bp=64, scan_warps=8, name="bm64-w4"),
          MimoConfig(bm_bwd=32, warps_bwd=4, name="bm64-bwd32")),
     # P = 128 at 64 rows: with 16-bit forward dots the output kernel returned wrong values on the H200 (Triton 3.6:
     # output error 0.21 against float64, bf16, N = 64; every gradient right; the interpreter runs it exactly), so
