@@ -79,10 +79,13 @@ def sweep_variants(spec):
                  # (bwd_store_dpw off: 28.96 against 29.44 ms, H100, 40th session)
                  R(scan, bwd_store_dpw=False, name=f"{scan.name}-nodpw"),
                  R(scan, bwd_store_dpw=False, save_y=True, name=f"{scan.name}-savey-nodpw")]
-    # fp32 inputs (tf32x3 dots): the default tiles spill ≈ 4 KB per thread (AOT sm_90), 32-row tiles ≤ 712 B
+    # fp32 inputs (tf32x3 dots): the default 64-row tiles spill ≈ 4 KB per thread in the output kernel (AOT sm_90),
+    # 32-row ones (bm_fp32) 680 B; H200, 17th session, before bwd_store_dpw: 134 against 95.1 ms
+    fp32_rows = R(base, bm_fp32=32, name=f"{base.name}-fp32bm32")
     variants = [(v, torch.bfloat16, 64) for v in variants] + [
         (base, torch.float32, 64), (R(base, bwd_store_dpw=False, name=f"{base.name}-nodpw"), torch.float32, 64),
-        (R(base, bm=32, bm_bwd=32, state_tiles=4, name=f"{base.name}-bm32-st4"), torch.float32, 64)]
+        (fp32_rows, torch.float32, 64), (R(fp32_rows, bwd_store_dpw=False, name=f"{fp32_rows.name}-nodpw"),
+                                         torch.float32, 64)]
     # the other P buckets' configurations (named -P<headdim>) as the dispatcher picks them and with the stored
     # weighted dP (bwd_store_dpw: on at P = 64 since the 41st session, fp32 154.9 → 99.9 ms; untimed here)
     for p in (16, 32, 128):
@@ -101,7 +104,7 @@ def main():
                          "backward tile, tf32 forward dots, the scan forward; the other P buckets' configurations "
                          "with bwd_store_dpw on and off, named -P<headdim>) at B=8, T=4096 (see --sweep-batch)")
     ap.add_argument("--only", default="", help="with --sweep: comma-separated substrings of the variants to time "
-                                               "(matched against 'config/dtype', e.g. 'st1,bm32-st4/float32')")
+                                               "(matched against 'config/dtype', e.g. 'st1,fp32bm32/float32')")
     ap.add_argument("--shapes", default="all", choices=("all", "issue", "none"),
                     help="'all' (default), or 'issue' for the B=8 T=4096 bf16 P=64 row alone, or 'none' (with --sweep: "
                          "only the variants, for a short device call)")

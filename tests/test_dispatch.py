@@ -141,6 +141,32 @@ def test_mimo_backward_tiles_follow_the_dtype():
     assert MimoConfig(bwd_dots16=True).for_dtype(torch.bfloat16).bk_bwd == 32  # bk_bwd16 unset: bk_bwd
 
 
+def test_mimo_fp32_tile_rows():
+    """``MimoConfig.bm_fp32``: fp32 inputs run the chunked kernels on its rows, the backward's tile capped to them and
+    the state chunk as long as before; 16-bit inputs and the scan forward keep ``bm``; rows that do not divide the
+    state chunk are refused."""
+    import dataclasses
+
+    import pytest
+    import torch
+
+    from mamba3.ops.mimo.configs import MimoConfig
+
+    cfg = MimoConfig(bm=64, bm_bwd=64, state_tiles=2, bm_fp32=32)
+    fp32 = cfg.for_dtype(torch.float32)
+    assert (fp32.bm, fp32.bm_bwd, fp32.state_tiles, fp32.bm_fp32) == (32, 32, 4, 0)
+    assert fp32.for_dtype(torch.float32) == fp32  # applied twice (the AOT lane's launches apply it again)
+    for rank in (1, 2, 4):  # the state chunk's tokens are the same
+        a, b = cfg.for_chunk(rank, None), fp32.for_chunk(rank, None)
+        assert (a.bm // rank) * a.state_tiles == (b.bm // rank) * b.state_tiles, rank
+    for dtype in (torch.bfloat16, torch.float16):
+        assert cfg.for_dtype(dtype) == cfg, dtype
+    assert cfg.scan_variant().for_dtype(torch.float32).bm == 64
+    assert dataclasses.replace(cfg, bm_fp32=0).for_dtype(torch.float32).bm == 64
+    with pytest.raises(ValueError, match="bm_fp32"):
+        MimoConfig(bm=64, state_tiles=1, bm_fp32=48).for_dtype(torch.float32)
+
+
 def test_mimo_dv_alone_on_16bit_dots():
     """``MimoConfig.bwd16_dqk`` off (the default): for 16-bit inputs the dv kernel takes 16-bit dots on ``bk_bwd16`` blocks while
     the dq and dk kernels keep tf32 dots on ``bk_bwd`` blocks; fp32 inputs run both at ``bk_bwd``."""

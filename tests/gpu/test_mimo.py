@@ -181,6 +181,15 @@ def test_bwd_store_dpw(p, cfg, dtype):
     _check_candidate(p, cfg, dtype)
 
 
+@pytest.mark.parametrize("p,cfg", [(p, c) for p, c in _every_config_with("fp32rows", bm_fp32=32)
+                                   if not c.scan_fwd and c.bm > 32],
+                         ids=lambda x: str(x) if isinstance(x, int) else x.name)
+def test_fp32_tile_rows(p, cfg):
+    """``MimoConfig.bm_fp32`` (fp32 inputs on 32-row tiles, the state chunk as long; not on by default) on every
+    chunked configuration with larger tiles, as :func:`test_save_y`, fp32 inputs (the only ones it changes)."""
+    _check_candidate(p, cfg, torch.float32)
+
+
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
 def test_dispatcher_scans_filling_grids(dtype, monkeypatch):
     """Without a forced configuration: a grid of (sequence, head) programs that fills every SM runs the scan

@@ -126,6 +126,14 @@ class MimoConfig:
         33.43 ms (at one tile 36.19 → 35.65); fp32 inputs (tf32x3: three products per formed dP) B1 T32768 154.15 →
         99.68, B8 T4096 154.94 → 99.86 (``benchmarks/results/mimo_dpw_chunked_sweep.md``); on there. The other P
         buckets keep it off (untimed).
+    bm_fp32: the token tile's rows for fp32 inputs where they differ from ``bm`` (0: ``bm``), applied by
+        :meth:`for_dtype` to the chunked kernels: the backward's tile capped to it and ``state_tiles`` scaled so the
+        state chunk keeps its length. fp32 inputs take tf32x3 dots (three products per tile), which spill at 64
+        rows: AOT sm_90, P = 64, N = 128, spilled bytes per thread at 64 → 32 rows: output kernel 4148 → 680, chunk
+        state 136 → 0, dq / dk / dv (with ``bwd_store_dpw``) 616 / 60 / 1444 → 752 / 72 / 760. H200, seventeenth
+        session (before ``bwd_store_dpw``), B8 T4096 forward+backward 134 ms at 64 rows, 95.1 at 32 rows × 4 tiles;
+        since ``bwd_store_dpw`` the 64-row default takes 99.9 (H100), and the 32-row tiles with it are not timed
+        yet: off (``bench_mimo.py --sweep --only=w4/float32,w4-fp32bm32/float32``).
     bk_dv: the dv kernel's N-pair block where it differs from ``bk_bwd`` (0: ``bk_bwd``): set by :meth:`for_dtype`
         from ``bk_bwd16`` when ``bwd16_dqk`` is off; read through :attr:`dv_block`.
     scan_fwd: the forward (not the backward's recompute) as one walk per (sequence, head, P block) over its state
@@ -176,6 +184,7 @@ class MimoConfig:
     save_y: bool = False
     save_y16: bool = False
     bwd_store_dpw: bool = False
+    bm_fp32: int = 0
     bk_dv: int = 0
     scan_fwd: bool | None = False
     scan_bp: int = 0
@@ -199,8 +208,14 @@ class MimoConfig:
                        name=f"{self.name}-scan")
 
     def for_dtype(self, dtype: torch.dtype) -> "MimoConfig":
-        """The tiles the kernels run for inputs of ``dtype``: the backward's N-pair blocks ``bk_bwd16`` wide where
-        its 16-bit dots apply."""
+        """The tiles the kernels run for inputs of ``dtype``: ``bm_fp32`` rows for fp32 inputs to the chunked
+        kernels; the backward's N-pair blocks ``bk_bwd16`` wide where its 16-bit dots apply."""
+        if dtype == torch.float32 and self.bm_fp32 and not self.scan_fwd:
+            if self.bm_fp32 > self.bm or (self.bm * self.state_tiles) % self.bm_fp32:
+                raise ValueError(f"MimoConfig {self.name}: bm_fp32={self.bm_fp32} must be ≤ bm={self.bm} and "
+                                 f"divide the state chunk's {self.bm * self.state_tiles} rows")
+            return replace(self, bm=self.bm_fp32, bm_bwd=min(self.bm_bwd, self.bm_fp32), bm_fp32=0,
+                           state_tiles=self.state_tiles * self.bm // self.bm_fp32)
         if dtype != torch.float32 and self.bwd_dots16 and self.bk_bwd16:
             return replace(self, **{"bk_bwd" if self.bwd16_dqk else "bk_dv": self.bk_bwd16})
         return self
