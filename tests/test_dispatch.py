@@ -10,7 +10,8 @@ from mamba3.testing import assert_rel_close, rel_frobenius
 
 
 def test_parse_arch_and_arch_spec():
-    assert [dispatch.parse_arch(s) for s in ("sm_89", "89", "sm_90a", "SM_120", "8.6", 100)] == [89, 89, 90, 120, 86, 100]
+    assert ([dispatch.parse_arch(s) for s in ("sm_89", "89", "sm_90a", "SM_120", "8.6", 100)]
+            == [89, 89, 90, 120, 86, 100])
     with pytest.raises(ValueError):
         dispatch.parse_arch("ampere")
     spec = dispatch.arch_spec("sm_86")
@@ -168,8 +169,8 @@ def test_mimo_fp32_tile_rows():
 
 
 def test_mimo_dv_alone_on_16bit_dots():
-    """``MimoConfig.bwd16_dqk`` off (the default): for 16-bit inputs the dv kernel takes 16-bit dots on ``bk_bwd16`` blocks while
-    the dq and dk kernels keep tf32 dots on ``bk_bwd`` blocks; fp32 inputs run both at ``bk_bwd``."""
+    """``MimoConfig.bwd16_dqk`` off (the default): for 16-bit inputs the dv kernel takes 16-bit dots on ``bk_bwd16``
+    blocks while the dq and dk kernels keep tf32 dots on ``bk_bwd`` blocks; fp32 inputs run both at ``bk_bwd``."""
     import dataclasses
 
     import torch

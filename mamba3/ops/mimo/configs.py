@@ -119,9 +119,9 @@ class MimoConfig:
         1.07 GB at B=8, T=4096, H=32, R=4, one tile per state chunk), in the 16-bit operand dtype where they take
         16-bit operands (``bwd16_dqk``: they round it so anyway). AOT sm_90, bf16, P = 64, spilled bytes per
         thread dq / dk / dv 132 / 156 / 108 → 72 / 52 / 188 (92 / 64 / 208 as timed below, before the block's store
-        moved after the dv dot and its addressing into ``tiles.pair_block_ptrs``). H100 (fortieth session, two machines; bf16, B=8, T=4096, the scan variant, ``bench_mimo.py
-        --sweep``), forward+backward ms: 29.29 → 28.88, 29.44 → 28.96; with ``save_y`` 25.64 → 25.22, 25.81 →
-        25.34; H200 29.21 → 28.64. On in :meth:`scan_variant`. The chunked P = 64 configuration (two tiles per
+        moved after the dv dot and its addressing into ``tiles.pair_block_ptrs``). H100 (fortieth session, two
+        machines; bf16, B=8, T=4096, the scan variant, ``bench_mimo.py --sweep``), forward+backward ms: 29.29 →
+        28.88, 29.44 → 28.96; with ``save_y`` 25.64 → 25.22, 25.81 → 25.34; H200 29.21 → 28.64. On in :meth:`scan_variant`. The chunked P = 64 configuration (two tiles per
         state chunk: twice the blocks, 2.15 GB at 32768 tokens), H100, forty-first session: bf16 B1 T32768 34.10 →
         33.43 ms (at one tile 36.19 → 35.65); fp32 inputs (tf32x3: three products per formed dP) B1 T32768 154.15 →
         99.68, B8 T4096 154.94 → 99.86 (``benchmarks/results/mimo_dpw_chunked_sweep.md``); on there. The other P
