@@ -57,7 +57,9 @@ def sweep_variants(spec):
                  # the dq / dk kernels forming the weighted dP again (bwd_store_dpw off: B1 T32768 34.10 against
                  # 33.43 ms, H100, 41st session), at two tiles per state chunk and at one
                  R(base, bwd_store_dpw=False, name=f"{base.name}-nodpw"),
-                 R(base, bwd_store_dpw=False, state_tiles=1, name=f"{base.name}-st1-nodpw")]
+                 R(base, bwd_store_dpw=False, state_tiles=1, name=f"{base.name}-st1-nodpw"),
+                 # the stored blocks in bf16 (dpw16: half their 2.15 GB here; not timed yet)
+                 R(base, dpw16=True, name=f"{base.name}-dpw16")]
     # the scan forward (one walk per sequence, head and P block; the state in registers), forced, with the
     # backward's state passes as scans (scan_variant: scan_states and scan_dstates), one of them, or neither
     scan = chosen.scan_variant()
@@ -78,7 +80,10 @@ def sweep_variants(spec):
                  # the dq / dk kernels forming the weighted dP again instead of loading the dv kernel's
                  # (bwd_store_dpw off: 28.96 against 29.44 ms, H100, 40th session)
                  R(scan, bwd_store_dpw=False, name=f"{scan.name}-nodpw"),
-                 R(scan, bwd_store_dpw=False, save_y=True, name=f"{scan.name}-savey-nodpw")]
+                 R(scan, bwd_store_dpw=False, save_y=True, name=f"{scan.name}-savey-nodpw"),
+                 # the stored blocks in bf16 (dpw16: 0.54 GB instead of 1.07 here; not timed yet)
+                 R(scan, dpw16=True, name=f"{scan.name}-dpw16"),
+                 R(scan, dpw16=True, save_y=True, name=f"{scan.name}-savey-dpw16")]
     # fp32 inputs (tf32x3 dots): the default 64-row tiles spill ≈ 4 KB per thread in the output kernel (AOT sm_90),
     # 32-row ones (bm_fp32) 680 B; H200, 17th session, before bwd_store_dpw: 134 against 95.1 ms
     fp32_rows = R(base, bm_fp32=32, name=f"{base.name}-fp32bm32")

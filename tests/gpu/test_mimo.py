@@ -171,13 +171,14 @@ def test_save_y16(p, cfg):
 
 
 @pytest.mark.parametrize("p,cfg", _every_config_with("dpw", bwd_store_dpw=True) + [
-    (p, c) for p, c in _every_config_with("dpw-dqk16", bwd_store_dpw=True, bwd16_dqk=True) if c.bwd_dots16],
+    (p, c) for p, c in _every_config_with("dpw-dqk16", bwd_store_dpw=True, bwd16_dqk=True) if c.bwd_dots16]
+    + _every_config_with("dpw16", bwd_store_dpw=True, dpw16=True),
                          ids=lambda x: str(x) if isinstance(x, int) else x.name)
 @pytest.mark.parametrize("dtype", DTYPES.values(), ids=DTYPES.keys())
 def test_bwd_store_dpw(p, cfg, dtype):
     """``MimoConfig.bwd_store_dpw`` (the dq / dk kernels load the weighted dP the dv kernel stored; on in the scan
-    variant) on every configuration, as :func:`test_save_y`, and with 16-bit dq / dk dots (``bwd16_dqk``: the blocks
-    stored in 16 bits)."""
+    variant and P = 64's configuration) on every configuration, as :func:`test_save_y`, with 16-bit dq / dk dots
+    (``bwd16_dqk``: the blocks stored in 16 bits), and with the blocks in bf16 for tf32 dq / dk dots (``dpw16``)."""
     _check_candidate(p, cfg, dtype)
 
 

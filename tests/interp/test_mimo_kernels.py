@@ -282,27 +282,37 @@ def test_save_y(dtype, y16, scan, monkeypatch):
 
 
 @pytest.mark.parametrize("state_tiles", [1, 2], ids=["tile-per-chunk", "two-tiles-per-chunk"])
-@pytest.mark.parametrize("dtype,dots16,dqk16", [(torch.float32, False, False), (torch.bfloat16, False, False),
-                                               (torch.bfloat16, True, False), (torch.bfloat16, True, True)],
-                         ids=["fp32", "bf16", "bf16-dots16", "bf16-dots16-dqk16"])
-def test_bwd_store_dpw(dtype, dots16, dqk16, state_tiles):
+@pytest.mark.parametrize("dtype,dots16,dqk16,dpw16", [
+    (torch.float32, False, False, False), (torch.bfloat16, False, False, False), (torch.bfloat16, True, False, False),
+    (torch.bfloat16, True, True, False), (torch.bfloat16, True, False, True), (torch.float16, True, False, True),
+    (torch.float32, False, False, True)],
+    ids=["fp32", "bf16", "bf16-dots16", "bf16-dots16-dqk16", "bf16-dots16-dpw16", "fp16-dots16-dpw16", "fp32-dpw16"])
+def test_bwd_store_dpw(dtype, dots16, dqk16, dpw16, state_tiles, monkeypatch):
     """``MimoConfig.bwd_store_dpw``: the dq / dk kernels load the weighted dP blocks the dv kernel stored (one per
     key tile, head and query tile of the chunk: with two tiles per state chunk, the blocks of the earlier and later
     tiles too), against float64 and against forming them again; two N-pair blocks (N = 64 in 16-column blocks),
     GQA, input states, packed sequences of 1, 13 and 5 tokens (ragged tiles). With 16-bit backward dots the dv
     kernel's dP comes from 16-bit operands where the dq / dk kernels' comes from tf32 ones, so only the float64
     bars apply there; with 16-bit dq / dk dots too (``bwd16_dqk``) both come from 16-bit operands, and the blocks
-    are stored in bf16."""
+    are stored in bf16 (fp16 for fp16 inputs); with ``dpw16`` the blocks are bf16 for 16-bit inputs (tf32 dq / dk
+    dots widen them), fp32 for fp32 inputs."""
+    from mamba3.ops.mimo import launch
     from mamba3.ops.mimo.configs import MimoConfig
 
+    stored = []  # the blocks' dtype per backward
+    dpw_dtype = launch.dpw_dtype
+    monkeypatch.setattr(launch, "dpw_dtype", lambda *a: stored.append(dpw_dtype(*a)) or stored[-1])
     cfg = MimoConfig(bm=16, bm_bwd=16, bk=32, bk_bwd=16, state_tiles=state_tiles, bp_state=16, warps=4,
-                     warps_bwd=4, state_warps=4, bwd_dots16=dots16, bwd16_dqk=dqk16, name="tiny-dpw")
+                     warps_bwd=4, state_warps=4, bwd_dots16=dots16, bwd16_dqk=dqk16, dpw16=dpw16, name="tiny-dpw")
     kw = dict(bsz=1, seqlen=19, nheads=4, ngroups=2, dstate=64, headdim=16, rank=2, states=True,
               cu_seqlens=[0, 1, 14, 19])
     errs = _check(dtype, config=dataclasses.replace(cfg, bwd_store_dpw=True), **kw)
-    if dqk16 or not dots16:
+    expect = (torch.float32 if dtype == torch.float32 else dtype if dqk16 else
+              torch.bfloat16 if dpw16 else torch.float32)
+    assert stored == [expect], stored
+    if dqk16 or not (dots16 or expect == torch.bfloat16):  # the same products as forming dP in the dq / dk kernels
         again = _check(dtype, config=cfg, **kw)
-        for name, e in errs.items():  # the same products (both 16-bit, or tf32 / tf32x3): the same error to rounding
+        for name, e in errs.items():  # both 16-bit, or tf32 / tf32x3 on fp32 blocks: the same error to rounding
             assert abs(e - again[name]) <= 1e-6 + 0.05 * again[name], (name, e, again[name])
 
 

@@ -33,9 +33,9 @@ import triton.language as tl
 
 from ..common.tiles import fast_exp
 from .fwd import add_local_state
-from .tiles import (bcast_pairs, dot_operand, later_mask, load_rank_p, load_rows_p, load_state_pair, mdot, mdot_split,
-                    pair_block_ptrs, pair_weights, qk_pointers, rot_pair, rows_of, state_block_ids, store_state_pair,
-                    token_decays, token_strides, token_tile, token_weights, vtilde)
+from .tiles import (bcast_pairs, dot_operand, later_mask, load_pair_block, load_rank_p, load_rows_p, load_state_pair,
+                    mdot, mdot_split, pair_block_ptrs, pair_weights, qk_pointers, rot_pair, rows_of, state_block_ids,
+                    store_state_pair, token_decays, token_strides, token_tile, token_weights, vtilde)
 
 
 @triton.jit(do_not_specialize=["NBC"])
@@ -178,7 +178,7 @@ def mimo_bwd_dqk_kernel(Q, K, V, ROT, CS, GAM, SCL, QB, KB, PSI, DY, SIN, DSEND,
             for kt0 in range(tb, tok1, CT):
                 if LOAD_DPW:  # the block the key tile kt0 (back tiles before this one) stored for this query tile
                     back = (tok0 - kt0) // CT
-                    dpw = tl.load(pair_block_ptrs(DPW, sc - back, h, back, H, NSL, BM, True))
+                    dpw = load_pair_block(DPW, sc - back, h, back, H, NSL, BM, DOT_PREC, True)
                 else:
                     vt_j = vtilde(Vh, sv_t, PSIh, P, kt0, tok1 - kt0, P, R, BM, BP)
                     dp = mdot(dy_i, tl.trans(vt_j), None, DOT_PREC)  # [BM, BM]
@@ -214,7 +214,7 @@ def mimo_bwd_dqk_kernel(Q, K, V, ROT, CS, GAM, SCL, QB, KB, PSI, DY, SIN, DSEND,
             dx2 = mdot(vt_i, d2, None, DOT_PREC) * wst
             for qt0 in range(tok0, te, CT):
                 if LOAD_DPW:
-                    dpw = tl.load(pair_block_ptrs(DPW, sc, h, (qt0 - tok0) // CT, H, NSL, BM))
+                    dpw = load_pair_block(DPW, sc, h, (qt0 - tok0) // CT, H, NSL, BM, DOT_PREC)
                 else:
                     tq_, rq, vq = rows_of(te - qt0, R, BM)
                     dy_q = load_rows_p(DYh, sy_t, sv_t, qt0 + tq_, rq, vq, P, BP)
@@ -266,7 +266,7 @@ def mimo_bwd_dv_kernel(Q, K, V, ROT, CS, GAM, SCL, QB, KB, PSI, DD, DY, DSEND,
     does not depend on c (e^0) and appears in neither: the two would cancel, leaving an fp32 residue.
     STORE_DPW (``MimoConfig.bwd_store_dpw``): the weighted dP block of each query tile s tiles after this key tile,
     [BM keys, BM queries], goes to DPW[tile, h, s] for the dq / dk kernels, in DPW's dtype (``launch.dpw_dtype``: the
-    dq / dk kernels' 16-bit operand dtype where their dots take 16-bit operands, fp32 otherwise)."""
+    dq / dk kernels' 16-bit operand dtype where their dots take 16-bit operands, bf16 with ``dpw16``, else fp32)."""
     CT: tl.constexpr = BM // R
     sc = tl.program_id(0)
     h = tl.program_id(1)

@@ -111,21 +111,29 @@ class MimoConfig:
         fp32 y: B8 T4096 (scan) 25.13 → 25.51, B1 T32768 (chunked) 30.00 → 30.85: slower (the forward's stores
         are halved, 5.24 → 4.89 ms at B8, but the backward loses more), so off; it buys back half of ``save_y``'s
         memory for about a tenth of its gain. Tested on every configuration (``tests/gpu/test_mimo.py``).
-    bwd_store_dpw: the dv kernel, which forms the weighted scores' gradient W ∘ dP of every in-chunk pair block for
-        its log-decay partials, stores it ([BM, BM] per key tile, head and query tile of the chunk, for the
-        backward's duration); the dq and dk kernels, launched after it, load it instead of forming it again from dy
-        and ṽ once per N-pair block each. The dq / dk products then take dP as the dv kernel's dots give it (16-bit
-        operands where ``bwd_dots16``). Stored in fp32 where the dq / dk dots are tf32 / tf32x3 (the default:
-        1.07 GB at B=8, T=4096, H=32, R=4, one tile per state chunk), in the 16-bit operand dtype where they take
-        16-bit operands (``bwd16_dqk``: they round it so anyway). AOT sm_90, bf16, P = 64, spilled bytes per
-        thread dq / dk / dv 132 / 156 / 108 → 72 / 52 / 188 (92 / 64 / 208 as timed below, before the block's store
-        moved after the dv dot and its addressing into ``tiles.pair_block_ptrs``). H100 (fortieth session, two
-        machines; bf16, B=8, T=4096, the scan variant, ``bench_mimo.py --sweep``), forward+backward ms: 29.29 →
-        28.88, 29.44 → 28.96; with ``save_y`` 25.64 → 25.22, 25.81 → 25.34; H200 29.21 → 28.64. On in :meth:`scan_variant`. The chunked P = 64 configuration (two tiles per
-        state chunk: twice the blocks, 2.15 GB at 32768 tokens), H100, forty-first session: bf16 B1 T32768 34.10 →
-        33.43 ms (at one tile 36.19 → 35.65); fp32 inputs (tf32x3: three products per formed dP) B1 T32768 154.15 →
-        99.68, B8 T4096 154.94 → 99.86 (``benchmarks/results/mimo_dpw_chunked_sweep.md``); on there. The other P
-        buckets keep it off (untimed).
+    bwd_store_dpw: the dv kernel, which forms the weighted scores' gradient W ∘ dP of every in-chunk pair block for its
+        log-decay partials, stores it ([BM, BM] per key tile, head and query tile of the chunk, for the backward's
+        duration); the dq and dk kernels, launched after it, load it instead of forming it again from dy and ṽ once per
+        N-pair block each. The dq / dk products then take dP as the dv kernel's dots give it (16-bit operands where
+        ``bwd_dots16``). Stored in fp32 where the dq / dk dots are tf32 / tf32x3 (the default: 1.07 GB at B=8, T=4096,
+        H=32, R=4, one tile per state chunk), in the 16-bit operand dtype where they take 16-bit operands
+        (``bwd16_dqk``: they round it so anyway). AOT sm_90, bf16, P = 64, spilled bytes per thread dq / dk / dv 132 /
+        156 / 108 → 72 / 52 / 188 (92 / 64 / 208 as timed below, before the block's store moved after the dv dot and its
+        addressing into ``tiles.pair_block_ptrs``). H100 (fortieth session, two machines; bf16, B=8, T=4096, the scan
+        variant, ``bench_mimo.py --sweep``), forward+backward ms: 29.29 → 28.88, 29.44 → 28.96; with ``save_y`` 25.64 →
+        25.22, 25.81 → 25.34; H200 29.21 → 28.64. On in :meth:`scan_variant`. The chunked P = 64 configuration (two
+        tiles per state chunk: twice the blocks, 2.15 GB at 32768 tokens), H100, forty-first session: bf16 B1 T32768
+        34.10 → 33.43 ms (at one tile 36.19 → 35.65); fp32 inputs (tf32x3: three products per formed dP) B1 T32768
+        154.15 → 99.68, B8 T4096 154.94 → 99.86 (``benchmarks/results/mimo_dpw_chunked_sweep.md``); on there. The other
+        P buckets keep it off (untimed).
+    dpw16: with ``bwd_store_dpw`` and 16-bit inputs, the blocks stored in bf16 where the dq / dk dots are tf32 (which
+        widen them back): half the memory and traffic (0.54 GB at B=8, T=4096 in the scan variant, 1.07 GB in the
+        chunked one at 32768 tokens), dP rounded once to bf16 as 16-bit dq / dk dots (``bwd16_dqk``) round it; bf16
+        also for fp16 inputs (fp32's range: dP is not bounded by the inputs'). fp32 inputs keep fp32 blocks.
+        Interpreter, bf16, 16-bit backward dots: d_q 2.51e-3 → 2.69e-3 against float64 (``bwd16_dqk``: 3.44e-3).
+        AOT sm_90, P = 64, spilled bytes per thread dq / dk / dv 72 / 52 / 188 → 196 / 44 / 200 (the widening).
+        Prepared without a GPU (forty-first session): off until timed (``bench_mimo.py --sweep
+        --only=scan/,scan-dpw16/`` at B8, ``w4-st2/,w4-dpw16/`` at B1).
     bm_fp32: the token tile's rows for fp32 inputs where they differ from ``bm`` (0: ``bm``), applied by
         :meth:`for_dtype` to the chunked kernels: the backward's tile capped to it and ``state_tiles`` scaled so the
         state chunk keeps its length. fp32 inputs take tf32x3 dots (three products per tile), which spill at 64
@@ -184,6 +192,7 @@ class MimoConfig:
     save_y: bool = False
     save_y16: bool = False
     bwd_store_dpw: bool = False
+    dpw16: bool = False
     bm_fp32: int = 0
     bk_dv: int = 0
     scan_fwd: bool | None = False

@@ -138,11 +138,14 @@ def dqk_precision(cfg: MimoConfig, dot_prec: str, bwd_prec: str) -> str:
     return bwd_prec if cfg.bwd16_dqk else dot_prec
 
 
-def dpw_dtype(dqk_prec: str) -> torch.dtype:
-    """The stored weighted dP blocks' dtype (``MimoConfig.bwd_store_dpw``): the dq / dk kernels' 16-bit dot operand
-    dtype where their dots take 16-bit operands (they round it so before the dot anyway: the same products at half
-    the memory and traffic), fp32 otherwise."""
-    return {"bf16": torch.bfloat16, "fp16": torch.float16}.get(dqk_prec, torch.float32)
+def dpw_dtype(cfg: MimoConfig, dqk_prec: str, dtype: torch.dtype) -> torch.dtype:
+    """The stored weighted dP blocks' dtype (``MimoConfig.bwd_store_dpw``) for inputs of ``dtype``: the dq / dk
+    kernels' 16-bit dot operand dtype where their dots take 16-bit operands (they round it so before the dot anyway:
+    the same products at half the memory and traffic); bf16 for 16-bit inputs with ``cfg.dpw16`` (fp32's range);
+    fp32 otherwise."""
+    if dqk_prec in ("bf16", "fp16"):
+        return {"bf16": torch.bfloat16, "fp16": torch.float16}[dqk_prec]
+    return torch.bfloat16 if cfg.dpw16 and dtype != torch.float32 else torch.float32
 
 
 def chunk_states(L: Launch, mode: int, x, y, bias, rot, cs, scl, psi):
@@ -370,7 +373,7 @@ def backward(L: Launch, t, sin, dout, dsfin, ys=None):
     # the weighted dP blocks, per (key tile, head, query tile of the chunk from the key's on), for the dq / dk
     # kernels (MimoConfig.bwd_store_dpw): written by the dv kernel, which therefore runs first
     dqk_prec = dqk_precision(cfg, L.dot_prec, L.bwd_prec)
-    dpw = (torch.empty(TB.nsc, L.H, nsl, cfg.bm_bwd, cfg.bm_bwd, device=dev, dtype=dpw_dtype(dqk_prec))
+    dpw = (torch.empty(TB.nsc, L.H, nsl, cfg.bm_bwd, cfg.bm_bwd, device=dev, dtype=dpw_dtype(cfg, dqk_prec, v.dtype))
            if cfg.bwd_store_dpw else cs)
     mimo_bwd_dv_kernel[(TB.nsc, L.H)](
         q, k, v, rot, cs, gam, scl, t["qb"], t["kb"], t["psi"], t["D"] if t["D"] is not None else cs, dy, dsend,
@@ -455,7 +458,7 @@ def aot_kernel_launches(cfg: MimoConfig, headdim: int, dtype, arch: int, dstate:
                  num_stages=cfg.stages)))
     bwd_w = dict(num_warps=cfg.warps_bwd, num_stages=cfg.stages)
     dqk_prec = dqk_precision(cfg, prec, bwd_prec)
-    dpw = e(16, dt=dpw_dtype(dqk_prec)) if cfg.bwd_store_dpw else f
+    dpw = e(16, dt=dpw_dtype(cfg, dqk_prec, dtype)) if cfg.bwd_store_dpw else f
     for is_k in (False, True):
         out.append(KernelLaunch(
             f"mimo_bwd_dqk_kernel[{'dk' if is_k else 'dq'}]-{tag}", mimo_bwd_dqk_kernel,

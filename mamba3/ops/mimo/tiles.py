@@ -277,6 +277,17 @@ def pair_block_ptrs(X, tile, h, slot, H, NSL, BM: tl.constexpr, TRANS: tl.conste
 
 
 @triton.jit
+def load_pair_block(X, tile, h, slot, H, NSL, BM: tl.constexpr, PREC: tl.constexpr, TRANS: tl.constexpr = False):
+    """The block X[tile, h, slot] of :func:`pair_block_ptrs` (TRANS: its transpose) as a dot at PREC takes it: as
+    stored for 16-bit PREC (then stored in that dtype), fp32 otherwise (bf16 blocks, ``MimoConfig.dpw16``,
+    widened)."""
+    x = tl.load(pair_block_ptrs(X, tile, h, slot, H, NSL, BM, TRANS))
+    if PREC == "bf16" or PREC == "fp16":
+        return x
+    return x.to(tl.float32)
+
+
+@triton.jit
 def later_mask(a0, b0, CT: tl.constexpr, KEYS_ON_ROWS: tl.constexpr):
     """[CT, CT] (strict, same): the query token later than the key token / the same token, for row tokens a0 + a
     and column tokens b0 + b; the keys are the columns unless KEYS_ON_ROWS."""
