@@ -227,10 +227,9 @@ def test_head_split_chosen_for_a_full_grid(dtype, monkeypatch):
 
     import mamba3.ops.siso.function as F
     from mamba3.dispatch import device_spec
+    from mamba3.testing.calls import count_calls
 
-    chosen = []
-    split = F._head_split
-    monkeypatch.setattr(F, "_head_split", lambda *a: chosen.append(split(*a)) or chosen[-1])
+    chosen = count_calls(monkeypatch, F, "_head_split")["_head_split"]
     monkeypatch.setattr(F, "_SPEC_OVERRIDE", dataclasses.replace(device_spec(), sm_count=1))
     _check(_case(dtype=DT[dtype], B=2, T=300, H=8, G=1, states=True))
     assert chosen and set(chosen) == {2}, chosen

@@ -264,10 +264,9 @@ def test_save_y(dtype, y16, scan, monkeypatch):
     rounding)."""
     from mamba3.ops.mimo import launch
     from mamba3.ops.mimo.configs import MimoConfig
+    from mamba3.testing.calls import count_calls
 
-    kept = []  # the y buffers the forward allocated
-    new_ys = launch.new_ys
-    monkeypatch.setattr(launch, "new_ys", lambda L, v: kept.append(new_ys(L, v)) or kept[-1])
+    kept = count_calls(monkeypatch, launch, "new_ys")["new_ys"]  # the y buffers the forward allocated
     cfg = MimoConfig(**SCAN, name="tiny-scan") if scan else MimoConfig(**dict(SCAN, scan_fwd=False, state_tiles=2),
                                                                          name="tiny")
     kw = dict(bsz=1, seqlen=19, nheads=2, ngroups=1, dstate=32, headdim=16, rank=2, states=True, rms_norm=True,
@@ -298,10 +297,9 @@ def test_bwd_store_dpw(dtype, dots16, dqk16, dpw16, state_tiles, monkeypatch):
     dots widen them), fp32 for fp32 inputs."""
     from mamba3.ops.mimo import launch
     from mamba3.ops.mimo.configs import MimoConfig
+    from mamba3.testing.calls import count_calls
 
-    stored = []  # the blocks' dtype per backward
-    dpw_dtype = launch.dpw_dtype
-    monkeypatch.setattr(launch, "dpw_dtype", lambda *a: stored.append(dpw_dtype(*a)) or stored[-1])
+    stored = count_calls(monkeypatch, launch, "dpw_dtype")["dpw_dtype"]  # the blocks' dtype per backward
     cfg = MimoConfig(bm=16, bm_bwd=16, bk=32, bk_bwd=16, state_tiles=state_tiles, bp_state=16, warps=4,
                      warps_bwd=4, state_warps=4, bwd_dots16=dots16, bwd16_dqk=dqk16, dpw16=dpw16, name="tiny-dpw")
     kw = dict(bsz=1, seqlen=19, nheads=4, ngroups=2, dstate=64, headdim=16, rank=2, states=True,

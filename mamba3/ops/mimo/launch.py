@@ -143,8 +143,8 @@ def dpw_dtype(cfg: MimoConfig, dqk_prec: str, dtype: torch.dtype) -> torch.dtype
     kernels' 16-bit dot operand dtype where their dots take 16-bit operands (they round it so before the dot anyway:
     the same products at half the memory and traffic); bf16 for 16-bit inputs with ``cfg.dpw16`` (fp32's range);
     fp32 otherwise."""
-    if dqk_prec in ("bf16", "fp16"):
-        return {"bf16": torch.bfloat16, "fp16": torch.float16}[dqk_prec]
+    if dqk_prec in ("bf16", "fp16"):  # the input's own 16-bit type (dot_precisions)
+        return dtype
     return torch.bfloat16 if cfg.dpw16 and dtype != torch.float32 else torch.float32
 
 
