@@ -58,8 +58,9 @@ def sweep_variants(spec):
                  # 33.43 ms, H100, 41st session), at two tiles per state chunk and at one
                  R(base, bwd_store_dpw=False, name=f"{base.name}-nodpw"),
                  R(base, bwd_store_dpw=False, state_tiles=1, name=f"{base.name}-st1-nodpw"),
-                 # the stored blocks in bf16 (dpw16: half their 2.15 GB here; not timed yet)
-                 R(base, dpw16=True, name=f"{base.name}-dpw16")]
+                 # the stored blocks in fp32 (dpw16 off: twice their 1.07 GB here; B1 T32768 33.47 against 32.79
+                 # ms, H100, 42nd session)
+                 R(base, dpw16=False, name=f"{base.name}-dpw32")]
     # the scan forward (one walk per sequence, head and P block; the state in registers), forced, with the
     # backward's state passes as scans (scan_variant: scan_states and scan_dstates), one of them, or neither
     scan = chosen.scan_variant()
@@ -81,22 +82,30 @@ def sweep_variants(spec):
                  # (bwd_store_dpw off: 28.96 against 29.44 ms, H100, 40th session)
                  R(scan, bwd_store_dpw=False, name=f"{scan.name}-nodpw"),
                  R(scan, bwd_store_dpw=False, save_y=True, name=f"{scan.name}-savey-nodpw"),
-                 # the stored blocks in bf16 (dpw16: 0.54 GB instead of 1.07 here; not timed yet)
-                 R(scan, dpw16=True, name=f"{scan.name}-dpw16"),
-                 R(scan, dpw16=True, save_y=True, name=f"{scan.name}-savey-dpw16")]
-    # fp32 inputs (tf32x3 dots): the default 64-row tiles spill ≈ 4 KB per thread in the output kernel (AOT sm_90),
-    # 32-row ones (bm_fp32) 680 B; H200, 17th session, before bwd_store_dpw: 134 against 95.1 ms
-    fp32_rows = R(base, bm_fp32=32, name=f"{base.name}-fp32bm32")
-    variants = [(v, torch.bfloat16, 64) for v in variants] + [
-        (base, torch.float32, 64), (R(base, bwd_store_dpw=False, name=f"{base.name}-nodpw"), torch.float32, 64),
-        (fp32_rows, torch.float32, 64), (R(fp32_rows, bwd_store_dpw=False, name=f"{fp32_rows.name}-nodpw"),
-                                         torch.float32, 64)]
-    # the other P buckets' configurations (named -P<headdim>) as the dispatcher picks them and with the stored
-    # weighted dP (bwd_store_dpw: on at P = 64 since the 41st session, fp32 154.9 → 99.9 ms; untimed here)
+                 # the stored blocks in fp32 (dpw16 off: 1.07 GB instead of 0.54 here; 28.81 against 28.35 ms,
+                 # with save_y 25.16 against 24.71, H100, 42nd session)
+                 R(scan, dpw16=False, name=f"{scan.name}-dpw32"),
+                 R(scan, dpw16=False, save_y=True, name=f"{scan.name}-savey-dpw32")]
+    # fp32 inputs (tf32x3 dots) on the configuration's 64-row tiles (bm_fp32 off), which spill ≈ 4 KB per thread
+    # in the output kernel (AOT sm_90) where the 32-row ones (bm_fp32 = 32) spill 680 B: B8 T4096 99.31 against
+    # 86.37 ms (H100, 42nd session)
+    # (-fp32bwd64: the dq / dk / dv kernels on 64 rows, bm_bwd_fp32, after the 32-row forward; not timed yet)
+    fp32_rows64 = R(base, bm_fp32=0, name=f"{base.name}-fp32bm64")
+    variants = [(v, torch.bfloat16, 64) for v in variants] + [(v, torch.float32, 64) for v in (
+        base, R(base, bwd_store_dpw=False, name=f"{base.name}-nodpw"),
+        R(base, bm_bwd_fp32=64, name=f"{base.name}-fp32bwd64"),
+        fp32_rows64, R(fp32_rows64, bwd_store_dpw=False, name=f"{fp32_rows64.name}-nodpw"))]
+    # the other P buckets' configurations (named -P<headdim>) as the dispatcher picks them, without the stored
+    # weighted dP (bwd_store_dpw: on in every bucket since the 42nd session, e.g. P = 128 fp32 280.1 → 228.9 ms,
+    # H100), with it in bf16 for 16-bit inputs (dpw16) and, for fp32 inputs, on 32-row tiles (bm_fp32)
     for p in (16, 32, 128):
         cfg = choose_config(spec, MimoProblem(128, p, 4))
-        variants += [(R(c, name=f"{c.name}-P{p}"), dtype, p) for dtype in (torch.bfloat16, torch.float32)
-                     for c in (cfg, R(cfg, bwd_store_dpw=True, name=f"{cfg.name}-dpw"))]
+        named = lambda tag, **flags: R(cfg, **flags, name=f"{cfg.name}{tag}-P{p}")  # noqa: E731
+        variants += [(c, dtype, p) for dtype in (torch.bfloat16, torch.float32)
+                     for c in (named(""), named("-nodpw", bwd_store_dpw=False))]
+        variants.append((named("-dpw16", dpw16=True), torch.bfloat16, p))
+        if cfg.bm > 32:
+            variants.append((named("-fp32bm32", bm_fp32=32), torch.float32, p))
     return variants
 
 

@@ -132,7 +132,8 @@ def test_mimo_backward_tiles_follow_the_dtype():
     for arch in CI_ARCHS:
         cfg = choose_config(arch_spec(arch), MimoProblem(128, 64, 4))
         assert cfg.bk_bwd == 32 and cfg.bwd_dots16 and cfg.bk_bwd16 == 64, arch
-        assert cfg.for_dtype(torch.float32) is cfg
+        fp32 = cfg.for_dtype(torch.float32)  # 32-row tiles (bm_fp32), the blocks as they were
+        assert (fp32.bk_bwd, fp32.dv_block, fp32.bm, fp32.bm_bwd) == (32, 32, 32, 32), arch
         assert not cfg.bwd16_dqk, arch
         for dtype in (torch.bfloat16, torch.float16):
             assert (cfg.for_dtype(dtype).bk_bwd, cfg.for_dtype(dtype).dv_block) == (32, 64), (arch, dtype)
@@ -143,9 +144,10 @@ def test_mimo_backward_tiles_follow_the_dtype():
 
 
 def test_mimo_fp32_tile_rows():
-    """``MimoConfig.bm_fp32``: fp32 inputs run the chunked kernels on its rows, the backward's tile capped to them and
-    the state chunk as long as before; 16-bit inputs and the scan forward keep ``bm``; rows that do not divide the
-    state chunk are refused."""
+    """``MimoConfig.bm_fp32``: fp32 inputs run the chunked kernels on its rows, the backward's tile capped to them
+    (or ``bm_bwd_fp32``'s, kept through ``for_chunk`` where the caller's chunk does not shorten the tile) and the
+    state chunk as long as before; 16-bit inputs and the scan forward keep ``bm``; rows that do not divide the state
+    chunk, and backward rows longer than it, are refused."""
     import dataclasses
 
     import pytest
@@ -156,6 +158,11 @@ def test_mimo_fp32_tile_rows():
     cfg = MimoConfig(bm=64, bm_bwd=64, state_tiles=2, bm_fp32=32)
     fp32 = cfg.for_dtype(torch.float32)
     assert (fp32.bm, fp32.bm_bwd, fp32.state_tiles, fp32.bm_fp32) == (32, 32, 4, 0)
+    long_bwd = dataclasses.replace(cfg, bm_bwd_fp32=64).for_dtype(torch.float32)
+    assert (long_bwd.bm, long_bwd.bm_bwd, long_bwd.state_tiles, long_bwd.bm_bwd_fp32) == (32, 64, 4, 0)
+    assert long_bwd.for_chunk(4, None) == long_bwd and long_bwd.for_chunk(4, 16) == long_bwd
+    assert (long_bwd.for_chunk(4, 4).bm, long_bwd.for_chunk(4, 4).bm_bwd) == (16, 16)  # a shorter chunk caps both
+    assert dataclasses.replace(cfg, bm_bwd_fp32=64).for_dtype(torch.bfloat16).bm_bwd == 64
     assert fp32.for_dtype(torch.float32) == fp32  # applied twice (the AOT lane's launches apply it again)
     for rank in (1, 2, 4):  # the state chunk's tokens are the same
         a, b = cfg.for_chunk(rank, None), fp32.for_chunk(rank, None)
@@ -166,6 +173,8 @@ def test_mimo_fp32_tile_rows():
     assert dataclasses.replace(cfg, bm_fp32=0).for_dtype(torch.float32).bm == 64
     with pytest.raises(ValueError, match="bm_fp32"):
         MimoConfig(bm=64, state_tiles=1, bm_fp32=48).for_dtype(torch.float32)
+    with pytest.raises(ValueError, match="bm_bwd_fp32"):
+        MimoConfig(bm=64, bm_bwd=64, state_tiles=1, bm_fp32=32, bm_bwd_fp32=128).for_dtype(torch.float32)
 
 
 def test_mimo_dv_alone_on_16bit_dots():

@@ -26,7 +26,7 @@ from typing import Any
 
 from mamba3.dispatch import CI_ARCHS, OPTIN_SMEM
 
-__all__ = ["KernelLaunch", "AotResult", "compile_launch", "OPTIN_SMEM", "CI_ARCHS", "fits"]
+__all__ = ["KernelLaunch", "AotResult", "compile_launch", "trace_launch", "OPTIN_SMEM", "CI_ARCHS", "fits"]
 
 
 @dataclass
@@ -133,21 +133,13 @@ def _ptxas_spill_stores(ptx: str, arch: int, options) -> int:
     return max(stores) if stores else 0
 
 
-def compile_launch(launch: KernelLaunch, arch: int, *, spills: bool = False, ir: bool = False,
-                   sass: bool = False) -> AotResult:
-    """Compile ``launch`` for compute capability ``arch`` exactly as the JIT would, without a GPU.
-
-    ``spills=True`` re-runs ptxas -v on the PTX to count spill-store bytes (about one more ptxas run);
-    ``ir=True`` keeps the TritonGPU IR (``AotResult.ttgir``); ``sass=True`` the disassembly
-    (``AotResult.sass``, read with :mod:`mamba3.testing.sass`).
-    Compiled kernels go to Triton's cache (TRITON_CACHE_DIR), so repeating a compile is cheap.
-    """
+def _bind(launch: KernelLaunch, arch: int):
+    """(ASTSource, target, backend, options) of ``launch`` on ``arch``, as JITFunction.run forms them."""
     if arch not in OPTIN_SMEM:
         # Unknown targets (e.g. 122) make Triton's LLVM abort the whole process: refuse them here.
         known = ", ".join(str(a) for a in sorted(OPTIN_SMEM))
         raise ValueError(f"refusing to compile for unknown architecture {arch}; known: {known}")
 
-    import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource, make_backend
     from triton.runtime.jit import create_function_from_signature
@@ -160,8 +152,36 @@ def compile_launch(launch: KernelLaunch, arch: int, *, spills: bool = False, ir:
     bound_args, specialization, options = binder(*launch.args, **meta)
     options, signature, constexprs, attrs = kernel._pack_args(backend, options, bound_args, specialization,
                                                               options)
-    compiled = triton.compile(ASTSource(kernel, signature, constexprs, attrs), target=target,
-                              options=options.__dict__)
+    return ASTSource(kernel, signature, constexprs, attrs), target, backend, options
+
+
+def trace_launch(launch: KernelLaunch, arch: int) -> None:
+    """Run only the front end of the compile of ``launch`` for ``arch`` (Python → Triton IR, well under a second
+    where the whole compile takes many): it raises the ``CompilationError`` a launch would (a type error, returns
+    of two dtypes, a bad constexpr branch), none of which ``TRITON_INTERPRET=1`` notices. It checks no resource."""
+    from triton._C.libtriton import ir
+
+    source, target, backend, options = _bind(launch, arch)
+    options = backend.parse_options(dict(options.__dict__, **source.parse_options()))
+    context = ir.context()
+    ir.load_dialects(context)
+    backend.load_dialects(context)
+    source.make_ir(target, options, backend.get_codegen_implementation(options), backend.get_module_map(), context)
+
+
+def compile_launch(launch: KernelLaunch, arch: int, *, spills: bool = False, ir: bool = False,
+                   sass: bool = False) -> AotResult:
+    """Compile ``launch`` for compute capability ``arch`` exactly as the JIT would, without a GPU.
+
+    ``spills=True`` re-runs ptxas -v on the PTX to count spill-store bytes (about one more ptxas run);
+    ``ir=True`` keeps the TritonGPU IR (``AotResult.ttgir``); ``sass=True`` the disassembly
+    (``AotResult.sass``, read with :mod:`mamba3.testing.sass`).
+    Compiled kernels go to Triton's cache (TRITON_CACHE_DIR), so repeating a compile is cheap.
+    """
+    import triton
+
+    source, target, _, options = _bind(launch, arch)
+    compiled = triton.compile(source, target=target, options=options.__dict__)
     res = _cuobjdump_resources(compiled.asm["cubin"])
     n_spills = _ptxas_spill_stores(compiled.asm["ptx"], arch, options) if spills else None
     return AotResult(

@@ -183,11 +183,13 @@ def test_bwd_store_dpw(p, cfg, dtype):
 
 
 @pytest.mark.parametrize("p,cfg", [(p, c) for p, c in _every_config_with("fp32rows", bm_fp32=32)
-                                   if not c.scan_fwd and c.bm > 32],
+                                   + _every_config_with("fp32rows-bwd64", bm_fp32=32, bm_bwd_fp32=64)
+                                   if not c.scan_fwd and c.bm > 32 and c.bm_bwd_fp32 <= c.bm * c.state_tiles],
                          ids=lambda x: str(x) if isinstance(x, int) else x.name)
 def test_fp32_tile_rows(p, cfg):
-    """``MimoConfig.bm_fp32`` (fp32 inputs on 32-row tiles, the state chunk as long; not on by default) on every
-    chunked configuration with larger tiles, as :func:`test_save_y`, fp32 inputs (the only ones it changes)."""
+    """``MimoConfig.bm_fp32`` (fp32 inputs on 32-row tiles, the state chunk as long; on in P = 64's configuration)
+    on every chunked configuration with larger tiles, the backward's tile capped to 32 rows and at 64
+    (``bm_bwd_fp32``, not on by default), as :func:`test_save_y`, fp32 inputs (the only ones it changes)."""
     _check_candidate(p, cfg, torch.float32)
 
 

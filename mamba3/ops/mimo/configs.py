@@ -124,24 +124,31 @@ class MimoConfig:
         25.22, 25.81 → 25.34; H200 29.21 → 28.64. On in :meth:`scan_variant`. The chunked P = 64 configuration (two
         tiles per state chunk: twice the blocks, 2.15 GB at 32768 tokens), H100, forty-first session: bf16 B1 T32768
         34.10 → 33.43 ms (at one tile 36.19 → 35.65); fp32 inputs (tf32x3: three products per formed dP) B1 T32768
-        154.15 → 99.68, B8 T4096 154.94 → 99.86 (``benchmarks/results/mimo_dpw_chunked_sweep.md``); on there. The other
-        P buckets keep it off (untimed).
+        154.15 → 99.68, B8 T4096 154.94 → 99.86 (``benchmarks/results/mimo_dpw_chunked_sweep.md``); on there. On in
+        every other bucket's first configuration since the forty-second session (timings at ``CONFIGS``).
     dpw16: with ``bwd_store_dpw`` and 16-bit inputs, the blocks stored in bf16 where the dq / dk dots are tf32 (which
         widen them back): half the memory and traffic (0.54 GB at B=8, T=4096 in the scan variant, 1.07 GB in the
         chunked one at 32768 tokens), dP rounded once to bf16 as 16-bit dq / dk dots (``bwd16_dqk``) round it; bf16
         also for fp16 inputs (fp32's range: dP is not bounded by the inputs'). fp32 inputs keep fp32 blocks.
         Interpreter, bf16, 16-bit backward dots: d_q 2.51e-3 → 2.69e-3 against float64 (``bwd16_dqk``: 3.44e-3).
         AOT sm_90, P = 64, spilled bytes per thread dq / dk / dv 72 / 52 / 188 → 196 / 44 / 200 (the widening).
-        Prepared without a GPU (forty-first session): off until timed (``bench_mimo.py --sweep
-        --only=scan/,scan-dpw16/`` at B8, ``w4-st2/,w4-dpw16/`` at B1).
+        H100 (forty-second session, ``bench_mimo.py --sweep``), bf16, P = 64, forward+backward ms with fp32 →
+        bf16 blocks: B8 T4096 (scan) 28.81 → 28.35, with ``save_y`` 25.16 → 24.71, B1 T32768 (chunked) 33.47 →
+        32.79; peak memory 8.14 → 7.61 GB at B8; worst gradient error against float64 d_q 3.02e-3 → 3.08e-3 at B8.
+        On in P = 64's configuration; the other buckets' untimed (``--only=-dpw16-P``).
     bm_fp32: the token tile's rows for fp32 inputs where they differ from ``bm`` (0: ``bm``), applied by
-        :meth:`for_dtype` to the chunked kernels: the backward's tile capped to it and ``state_tiles`` scaled so the
-        state chunk keeps its length. fp32 inputs take tf32x3 dots (three products per tile), which spill at 64
-        rows: AOT sm_90, P = 64, N = 128, spilled bytes per thread at 64 → 32 rows: output kernel 4148 → 680, chunk
-        state 136 → 0, dq / dk / dv (with ``bwd_store_dpw``) 616 / 60 / 1444 → 752 / 72 / 760. H200, seventeenth
-        session (before ``bwd_store_dpw``), B8 T4096 forward+backward 134 ms at 64 rows, 95.1 at 32 rows × 4 tiles;
-        since ``bwd_store_dpw`` the 64-row default takes 99.9 (H100), and the 32-row tiles with it are not timed
-        yet: off (``bench_mimo.py --sweep --only=w4/float32,w4-fp32bm32/float32``).
+        :meth:`for_dtype` to the chunked kernels: the backward's tile capped to it (unless ``bm_bwd_fp32``) and
+        ``state_tiles`` scaled so the state chunk keeps its length. fp32 inputs take tf32x3 dots (three products
+        per tile), which spill at 64 rows: AOT sm_90, P = 64, N = 128, spilled bytes per thread at 64 → 32 rows:
+        output kernel 4148 → 680, chunk state 136 → 0, dq / dk / dv (with ``bwd_store_dpw``) 616 / 60 / 1444 → 752 /
+        72 / 760. H100 (forty-second session, ``bench_mimo.py --sweep``), fp32, P = 64, with ``bwd_store_dpw``,
+        forward / forward+backward ms at 64 → 32 rows: B8 T4096 32.60 / 99.31 → 15.17 / 86.37, B1 T32768 32.52 /
+        98.99 → 15.26 / 86.65: on in P = 64's configuration. (The forward halves; the backward, its recompute
+        included, goes from 66.7 to 71.2 ms.)
+    bm_bwd_fp32: with ``bm_fp32``, the dq / dk / dv kernels' rows for fp32 inputs (0: ``bm_bwd`` capped to
+        ``bm_fp32``); may exceed the forward's tile, within the state chunk (the backward's tiles have their own
+        tables). Why: the 64-row backward took less time than the 32-row one above. Prepared without a GPU
+        (forty-second session), off: time it with ``bench_mimo.py --sweep --only=w4/float32,w4-fp32bwd64/float32``.
     bk_dv: the dv kernel's N-pair block where it differs from ``bk_bwd`` (0: ``bk_bwd``): set by :meth:`for_dtype`
         from ``bk_bwd16`` when ``bwd16_dqk`` is off; read through :attr:`dv_block`.
     scan_fwd: the forward (not the backward's recompute) as one walk per (sequence, head, P block) over its state
@@ -194,6 +201,7 @@ class MimoConfig:
     bwd_store_dpw: bool = False
     dpw16: bool = False
     bm_fp32: int = 0
+    bm_bwd_fp32: int = 0
     bk_dv: int = 0
     scan_fwd: bool | None = False
     scan_bp: int = 0
@@ -223,7 +231,11 @@ class MimoConfig:
             if self.bm_fp32 > self.bm or (self.bm * self.state_tiles) % self.bm_fp32:
                 raise ValueError(f"MimoConfig {self.name}: bm_fp32={self.bm_fp32} must be ≤ bm={self.bm} and "
                                  f"divide the state chunk's {self.bm * self.state_tiles} rows")
-            return replace(self, bm=self.bm_fp32, bm_bwd=min(self.bm_bwd, self.bm_fp32), bm_fp32=0,
+            bm_bwd = self.bm_bwd_fp32 or min(self.bm_bwd, self.bm_fp32)
+            if bm_bwd > self.bm * self.state_tiles:
+                raise ValueError(f"MimoConfig {self.name}: bm_bwd_fp32={bm_bwd} exceeds the state chunk's "
+                                 f"{self.bm * self.state_tiles} rows")
+            return replace(self, bm=self.bm_fp32, bm_bwd=bm_bwd, bm_fp32=0, bm_bwd_fp32=0,
                            state_tiles=self.state_tiles * self.bm // self.bm_fp32)
         if dtype != torch.float32 and self.bwd_dots16 and self.bk_bwd16:
             return replace(self, **{"bk_bwd" if self.bwd16_dqk else "bk_dv": self.bk_bwd16})
@@ -241,6 +253,8 @@ class MimoConfig:
         if chunk_size is not None:
             ct = max(min(ct, chunk_size), max(1, 16 // rank))
         bm = ct * rank
+        if bm == self.bm:  # the backward's tile may be longer than the forward's (``bm_fp32``), within the state chunk
+            return self
         return replace(self, bm=bm, bm_bwd=max(16, min(self.bm_bwd, bm)))
 
     def as_dict(self):
@@ -253,24 +267,29 @@ CONFIGS = {
     # on Hopper (H200: the output kernel faults in fp32 and returns wrong values in bf16, so does the dv kernel;
     # at 4 warps the output kernel is right; the interpreter runs the 64-row tiles exactly); 32 rows are right.
     # 4 warps: H200, bf16, B=8, T=4096, P=16: forward / forward+backward 9.96 / 60.9 ms at 8 warps, 4.56 / 33.1.
-    16: (MimoConfig(bm=32, warps=4, state_warps=4, warps_bwd=4, name="bm32-w4"),),
+    # Every bucket's first configuration has the dq / dk kernels load the weighted dP the dv kernel stored
+    # (``bwd_store_dpw``); H100, forty-second session, B=8, T=4096, forward+backward ms without → with it, bf16 /
+    # fp32 inputs: P = 16 33.53 → 32.01 / 51.09 → 48.28, P = 32 28.87 → 28.79 / 65.46 → 50.82, P = 128 90.28 → 82.42
+    # / 280.06 → 228.86 (``benchmarks/results/mimo_dpw_buckets_sweep.md``).
+    16: (MimoConfig(bm=32, warps=4, state_warps=4, warps_bwd=4, bwd_store_dpw=True, name="bm32-w4"),),
     # P = 32: at 4 warps with 16-bit forward dots the output kernel returned wrong outputs and faulted on the H200
     # (Triton 3.6; the interpreter runs it exactly), so its forward dots stay tf32. H200, bf16, B=8, T=4096, P=32:
     # 8 warps with 16-bit forward dots 7.79 / 46.0 ms, 4 warps with tf32 ones 5.36 / 28.2.
-    32: (MimoConfig(warps=4, state_warps=4, warps_bwd=4, fwd_dots16=False, name="bm64-w4-tf32"),),
+    32: (MimoConfig(warps=4, state_warps=4, warps_bwd=4, fwd_dots16=False, bwd_store_dpw=True, name="bm64-w4-tf32"),),
     # P = 64 at 4 warps (two 4-warp CTAs per SM instead of one 8-warp CTA; 255 registers, ≤ 172 B spills on
     # sm_90): H200, bf16, B=8, T=4096: forward / forward+backward 9.22 / 56.6 ms at 8 warps, 6.08 / 35.0 ms.
     # The forward as the scan (``scan_fwd``) where the grid fills the GPU (``for_grid``); for 16-bit inputs the
     # backward's dots on 16-bit operands over 64-column N-pair blocks (``bwd_dots16``, ``bk_bwd16``); the dq / dk
-    # kernels load the weighted dP the dv kernel stored (``bwd_store_dpw``: fp32 inputs 154.9 → 99.9 ms, H100).
+    # kernels load the weighted dP the dv kernel stored (``bwd_store_dpw``: fp32 inputs 154.9 → 99.9 ms, H100),
+    # kept in bf16 for 16-bit inputs (``dpw16``); fp32 inputs run 32-row tiles (``bm_fp32``: 99.3 → 86.4 ms).
     64: (MimoConfig(warps=4, state_warps=4, warps_bwd=4, bwd_dots16=True, bk_bwd16=64, bwd_store_dpw=True,
-                    scan_fwd=None, scan_bp=64, scan_warps=8, name="bm64-w4"),
+                    dpw16=True, bm_fp32=32, scan_fwd=None, scan_bp=64, scan_warps=8, name="bm64-w4"),
          MimoConfig(bm_bwd=32, warps_bwd=4, name="bm64-bwd32")),
     # P = 128 at 64 rows: with 16-bit forward dots the output kernel returned wrong values on the H200 (Triton 3.6:
     # output error 0.21 against float64, bf16, N = 64; every gradient right; the interpreter runs it exactly), so
     # this configuration keeps tf32 forward dots. Output and chunk-state kernels at 4 warps like P ≤ 64: H200, bf16,
     # B=8, T=4096, forward / forward+backward 21.35 / 101.4 ms at 8 warps, 13.34 / 85.0 at 4 (twelfth session).
-    128: (MimoConfig(bk=32, bm_bwd=32, warps=4, state_warps=4, warps_bwd=4, fwd_dots16=False,
+    128: (MimoConfig(bk=32, bm_bwd=32, warps=4, state_warps=4, warps_bwd=4, fwd_dots16=False, bwd_store_dpw=True,
                      name="bm64-bk32-bwd32-w4"),
           MimoConfig(bm=32, bm_bwd=16, bk=16, bk_bwd=16, state_tiles=8, bp_state=32, warps=4, warps_bwd=4,
                      state_warps=4, name="bm32-bwd16")),

@@ -282,9 +282,9 @@ def load_pair_block(X, tile, h, slot, H, NSL, BM: tl.constexpr, PREC: tl.constex
     stored for 16-bit PREC (then stored in that dtype), fp32 otherwise (bf16 blocks, ``MimoConfig.dpw16``,
     widened)."""
     x = tl.load(pair_block_ptrs(X, tile, h, slot, H, NSL, BM, TRANS))
-    if PREC == "bf16" or PREC == "fp16":
-        return x
-    return x.to(tl.float32)
+    if PREC != "bf16" and PREC != "fp16":  # one return: compiled Triton rejects returns of two dtypes
+        x = x.to(tl.float32)
+    return x
 
 
 @triton.jit
