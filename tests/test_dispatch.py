@@ -147,7 +147,7 @@ def test_mimo_fp32_tile_rows():
     """``MimoConfig.bm_fp32``: fp32 inputs run the chunked kernels on its rows, the backward's tile capped to them
     (or ``bm_bwd_fp32``'s, kept through ``for_chunk`` where the caller's chunk does not shorten the tile) and the
     state chunk as long as before; 16-bit inputs and the scan forward keep ``bm``; rows that do not divide the state
-    chunk, and backward rows longer than it, are refused."""
+    chunk, and backward rows longer than it or not dividing it, are refused."""
     import dataclasses
 
     import pytest
@@ -173,8 +173,9 @@ def test_mimo_fp32_tile_rows():
     assert dataclasses.replace(cfg, bm_fp32=0).for_dtype(torch.float32).bm == 64
     with pytest.raises(ValueError, match="bm_fp32"):
         MimoConfig(bm=64, state_tiles=1, bm_fp32=48).for_dtype(torch.float32)
-    with pytest.raises(ValueError, match="bm_bwd_fp32"):
-        MimoConfig(bm=64, bm_bwd=64, state_tiles=1, bm_fp32=32, bm_bwd_fp32=128).for_dtype(torch.float32)
+    for rows in (128, 48):  # longer than the state chunk, or not dividing it
+        with pytest.raises(ValueError, match="bm_bwd_fp32"):
+            MimoConfig(bm=64, bm_bwd=64, state_tiles=1, bm_fp32=32, bm_bwd_fp32=rows).for_dtype(torch.float32)
 
 
 def test_mimo_dv_alone_on_16bit_dots():

@@ -9,7 +9,6 @@ so far compiled first on the GPU: the forty-second session's GPU run failed six 
 lane traces each distinct launch on sm_80 and sm_90 (the front end's dot checks depend on the architecture).
 """
 
-import dataclasses
 import os
 
 import pytest
@@ -23,40 +22,13 @@ if os.environ.get("TRITON_INTERPRET") == "1":
 ARCHS = (80, 90)
 DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
-# The opt-in switches, one at a time and as the GPU tests combine them (tests/gpu/test_mimo.py).
-VARIANTS = {
-    "savey": dict(save_y=True),
-    "savey16": dict(save_y=True, save_y16=True),
-    "dpw": dict(bwd_store_dpw=True),
-    "dpw-dqk16": dict(bwd_store_dpw=True, bwd16_dqk=True),
-    "dpw16": dict(bwd_store_dpw=True, dpw16=True),
-    "nodpw": dict(bwd_store_dpw=False),
-    "fp32rows": dict(bm_fp32=32),
-    "fp32rows-bwd64": dict(bm_fp32=32, bm_bwd_fp32=64),
-    "bwd16": dict(bwd_dots16=True, bk_bwd16=0, bwd16_dqk=True),
-    "bwd16-bk64": dict(bwd_dots16=True, bk_bwd16=64, bwd16_dqk=True),
-    "bwd16-dv": dict(bwd_dots16=True, bk_bwd16=64, bwd16_dqk=False),
-    "chunked-passes": dict(scan_states=False, scan_dstates=False),
-    "bcast": dict(scan_gather=False),
-}
-
 
 def _variants():
-    from mamba3.ops.mimo.configs import CONFIGS
+    """Every base configuration, then each opt-in variant of ``mamba3.testing.mimo_variants`` (the ones the GPU
+    tests run) where it applies."""
+    from mamba3.testing.mimo_variants import OPT_IN, base_configs, every_config_with
 
-    out = []
-    for p, cfgs in CONFIGS.items():
-        for cfg in cfgs:
-            for base in (cfg, cfg.scan_variant()) if cfg.scan_fwd is None else (cfg,):
-                out.append(pytest.param(p, base, id=f"{p}-{base.name}"))
-                for tag, flags in VARIANTS.items():
-                    if tag in ("chunked-passes", "bcast") and not base.scan_fwd:
-                        continue
-                    if tag.startswith("fp32rows") and (base.scan_fwd or base.bm <= 32):
-                        continue
-                    variant = dataclasses.replace(base, **flags, name=f"{base.name}-{tag}")
-                    out.append(pytest.param(p, variant, id=f"{p}-{variant.name}"))
-    return out
+    return [pytest.param(p, cfg, id=f"{p}-{cfg.name}") for p, cfg in base_configs() + every_config_with(*OPT_IN)]
 
 
 _traced: set = set()  # (arch, kernel, constexprs and argument dtypes) already traced in this process

@@ -110,15 +110,13 @@ def test_every_config(p, cfg, dtype):
 
 
 def _scan_variants():
-    import dataclasses
-
     from mamba3.ops.mimo.configs import CONFIGS
+    from mamba3.testing.mimo_variants import with_variant
 
     scans = [cfg.scan_variant() for cfgs in CONFIGS.values() for cfg in cfgs if cfg.scan_fwd is None]
     # and the scan forward with the backward's chunked state passes (scan_states, scan_dstates off), and with its
     # operands broadcast per token / rank (scan_gather off)
-    return scans + [dataclasses.replace(c, scan_states=False, scan_dstates=False, name=f"{c.name}-chunked-passes")
-                    for c in scans] + [dataclasses.replace(c, scan_gather=False, name=f"{c.name}-bcast") for c in scans]
+    return scans + [with_variant(c, tag) for tag in ("chunked-passes", "bcast") for c in scans]
 
 
 @pytest.mark.parametrize("cfg", _scan_variants(), ids=lambda c: c.name)
@@ -135,16 +133,13 @@ def test_scan_forward(cfg, dtype, case):
     _check(dtype, config=cfg, nheads=4, ngroups=2, dstate=128, headdim=64, rank=4, states=True, **case)
 
 
-def _every_config_with(tag, **flags):
-    """(P bucket, configuration) of every configuration with ``flags`` on: the scan forward (as B8 T4096 runs it)
-    and the chunked one (two token tiles per state chunk) where the dispatcher may pick either."""
-    import dataclasses
+def _every_config_with(*tags):
+    """(P bucket, configuration) of every configuration with each variant of ``mamba3.testing.mimo_variants`` on
+    where it applies: the scan forward (as B8 T4096 runs it) and the chunked one (two token tiles per state chunk)
+    where the dispatcher may pick either."""
+    from mamba3.testing.mimo_variants import every_config_with
 
-    from mamba3.ops.mimo.configs import CONFIGS
-
-    return [(p, dataclasses.replace(c, **flags, name=f"{c.name}-{tag}"))
-            for p, cfgs in CONFIGS.items() for cfg in cfgs
-            for c in ((cfg.scan_variant(), cfg) if cfg.scan_fwd is None else (cfg,))]
+    return every_config_with(*tags)
 
 
 def _check_candidate(p, cfg, dtype):
@@ -152,7 +147,7 @@ def _check_candidate(p, cfg, dtype):
            headdim=p, rank=4, states=True, rms_norm=True)
 
 
-@pytest.mark.parametrize("p,cfg", _every_config_with("savey", save_y=True),
+@pytest.mark.parametrize("p,cfg", _every_config_with("savey"),
                          ids=lambda x: str(x) if isinstance(x, int) else x.name)
 @pytest.mark.parametrize("dtype", DTYPES.values(), ids=DTYPES.keys())
 def test_save_y(p, cfg, dtype):
@@ -162,7 +157,7 @@ def test_save_y(p, cfg, dtype):
     _check_candidate(p, cfg, dtype)
 
 
-@pytest.mark.parametrize("p,cfg", _every_config_with("savey16", save_y=True, save_y16=True),
+@pytest.mark.parametrize("p,cfg", _every_config_with("savey16"),
                          ids=lambda x: str(x) if isinstance(x, int) else x.name)
 def test_save_y16(p, cfg):
     """``MimoConfig.save_y16`` (y kept in bf16 for bf16 inputs; not on by default) on every configuration, as
@@ -170,9 +165,7 @@ def test_save_y16(p, cfg):
     _check_candidate(p, cfg, torch.bfloat16)
 
 
-@pytest.mark.parametrize("p,cfg", _every_config_with("dpw", bwd_store_dpw=True) + [
-    (p, c) for p, c in _every_config_with("dpw-dqk16", bwd_store_dpw=True, bwd16_dqk=True) if c.bwd_dots16]
-    + _every_config_with("dpw16", bwd_store_dpw=True, dpw16=True),
+@pytest.mark.parametrize("p,cfg", _every_config_with("dpw", "dpw-dqk16", "dpw16"),
                          ids=lambda x: str(x) if isinstance(x, int) else x.name)
 @pytest.mark.parametrize("dtype", DTYPES.values(), ids=DTYPES.keys())
 def test_bwd_store_dpw(p, cfg, dtype):
@@ -182,13 +175,11 @@ def test_bwd_store_dpw(p, cfg, dtype):
     _check_candidate(p, cfg, dtype)
 
 
-@pytest.mark.parametrize("p,cfg", [(p, c) for p, c in _every_config_with("fp32rows", bm_fp32=32)
-                                   + _every_config_with("fp32rows-bwd64", bm_fp32=32, bm_bwd_fp32=64)
-                                   if not c.scan_fwd and c.bm > 32 and c.bm_bwd_fp32 <= c.bm * c.state_tiles],
+@pytest.mark.parametrize("p,cfg", _every_config_with("fp32rows", "fp32rows-bwd64", "fp32rows-bwd16"),
                          ids=lambda x: str(x) if isinstance(x, int) else x.name)
 def test_fp32_tile_rows(p, cfg):
     """``MimoConfig.bm_fp32`` (fp32 inputs on 32-row tiles, the state chunk as long; on in P = 64's configuration)
-    on every chunked configuration with larger tiles, the backward's tile capped to 32 rows and at 64
+    on every chunked configuration with larger tiles, the backward's tile capped to 32 rows, and at 64 or 16
     (``bm_bwd_fp32``, not on by default), as :func:`test_save_y`, fp32 inputs (the only ones it changes)."""
     _check_candidate(p, cfg, torch.float32)
 
@@ -221,17 +212,19 @@ def _bwd16_params():
     # the H200 (d_v 75 relative, d_adt, d_trap, d_mimo_v with it; dq right).
     import dataclasses
 
+    from mamba3.testing.mimo_variants import OPT_IN
+
     wrong_dq = {"bm64-w4", "bm64-w4-tf32"}
     wrong_dv_bk64 = {"bm64-w4-tf32"}
     params = []
     for p, cfg in _all_configs():
-        cfg32 = dataclasses.replace(cfg, bwd_dots16=True, bk_bwd16=0, bwd16_dqk=True)  # every kernel 16-bit
+        cfg32 = dataclasses.replace(cfg, **OPT_IN["bwd16"])  # every kernel 16-bit
         marks = [pytest.mark.xfail(strict=True, reason="wrong dq on the H200")] if cfg.name in wrong_dq else []
         params.append(pytest.param(p, cfg32, marks=marks, id=f"{p}-{cfg.name}"))
         if cfg.name in wrong_dq:
             marks = ([pytest.mark.xfail(strict=True, reason="wrong dv on the H200")] if cfg.name in wrong_dv_bk64
                      else [])
-            params.append(pytest.param(p, dataclasses.replace(cfg32, bk_bwd16=64), marks=marks,
+            params.append(pytest.param(p, dataclasses.replace(cfg, **OPT_IN["bwd16-bk64"]), marks=marks,
                                        id=f"{p}-{cfg.name}-bk64"))
         if cfg.bwd_dots16:  # as chosen (P = 64: the dv kernel alone on 16-bit dots, on 64-column blocks)
             params.append(pytest.param(p, cfg, id=f"{p}-{cfg.name}-chosen"))

@@ -67,25 +67,28 @@ def test_scan_states(feature, dtype, monkeypatch):
     _check(_case(dtype=DT[dtype], N=128, P=128, A=32, **FEATURES[feature]))
 
 
-def _same_with_flag_on(args, flag, monkeypatch, reordered=()):
-    """Run ``args`` on the forced scan with the SisoConfig ``flag`` off, then on: the same output, final states and
-    gradients bit for bit (those in ``reordered``, sums taken in another order: within 1e-6), then the flag's run
-    within the bars against float64."""
+def _same_with_flag_on(args, flag, monkeypatch, reordered=(), scan=True):
+    """Run ``args`` with the SisoConfig ``flag`` off, then on (on the forced scan, or with ``scan=False`` on the
+    dispatcher's path): the same output, final states and gradients bit for bit (those in ``reordered``, or every
+    gradient with "all", sums taken in another order: within 1e-6), then the flag's run within the bars against
+    float64."""
     from mamba3.ops.siso.check import force_config, siso_kernel
     from mamba3.testing.compare import with_grads
     from mamba3.testing.errors import rel_frobenius
 
-    force_config(monkeypatch, scan_states=True, **{flag: False})
+    forced = dict(scan_states=True) if scan else {}
+    force_config(monkeypatch, **forced, **{flag: False})
     want = with_grads(siso_kernel(None), args)
     monkeypatch.undo()
-    force_config(monkeypatch, scan_states=True, **{flag: True})
+    force_config(monkeypatch, **forced, **{flag: True})
     got = with_grads(siso_kernel(None), args, want[3])
     assert torch.equal(got[0], want[0]), f"output differs with {flag}"
     assert all(torch.equal(a, b) for a, b in zip(got[1], want[1])), f"final states differ with {flag}"
     for name in want[2]:
         assert (got[2][name] is None) == (want[2][name] is None), name
-        if name in reordered:
-            assert rel_frobenius(got[2][name], want[2][name]) < 1e-6, name
+        if (reordered == "all" or name in reordered) and got[2][name] is not None:
+            err = rel_frobenius(got[2][name], want[2][name])
+            assert err < 1e-6, f"d_{name} differs by {err:.2e} with {flag}"
         else:
             assert got[2][name] is None or torch.equal(got[2][name], want[2][name]), name
     _check(args)
@@ -116,6 +119,33 @@ def test_backward_store_a1(feature, dtype, monkeypatch):
     it from the same 16-bit operands with one C×C×P dot each, so bit for bit the results without it, and within the
     bars against float64."""
     _same_with_flag_on(_case(dtype=DT[dtype], N=128, P=64, A=32, **FEATURES[feature]), "bwd_store_a1", monkeypatch)
+
+
+def _fp32_bp():
+    """The P block of the fp32-operand path on this GPU (64 on sm_90, 32 elsewhere): P = bp is one P block."""
+    from mamba3.dispatch import device_spec
+    from mamba3.ops.siso.configs import SisoProblem, choose_config
+
+    return choose_config(device_spec(), SisoProblem("fp32", 128, 128)).bp
+
+
+@pytest.mark.parametrize("feature", ["base", "gqa-H4-G1", "states", "varlen-states", "T-odd"])
+def test_backward_store_a1_fp32(feature, monkeypatch):
+    """``SisoConfig.bwd_store_a1_fp32`` (bwd_dv hands M∘(dY Vᵀ) to bwd_dqk on the fp32-operand path, in fp32; one
+    P block) on the dispatcher's fp32 path: the output and final states bit for bit, every gradient within 1e-6 of
+    the flag off (bwd_dqk formed the transpose from a second dot), and within the bars against float64."""
+    _same_with_flag_on(_case(dtype=torch.float32, N=128, P=_fp32_bp(), A=32, **FEATURES[feature]),
+                       "bwd_store_a1_fp32", monkeypatch, reordered="all", scan=False)
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "fp16"])
+def test_backward_store_a1_fp32_operands_16bit(dtype, monkeypatch):
+    """``bwd_store_a1_fp32`` with 16-bit inputs on the fp32-operand path (N < 64): within the bars against float64
+    (bwd_dqk formed dY Vᵀ from the 16-bit dy bwd_dv hands it, bwd_dv from its fp32 dy: not bit for bit)."""
+    from mamba3.ops.siso.check import force_config
+
+    force_config(monkeypatch, bwd_store_a1_fp32=True)
+    _check(_case(dtype=DT[dtype], N=32, P=32, A=16, states=True))
 
 
 @pytest.mark.parametrize("dtype", ["bf16", "fp16"])

@@ -314,19 +314,20 @@ def test_bwd_store_dpw(dtype, dots16, dqk16, dpw16, state_tiles, monkeypatch):
             assert abs(e - again[name]) <= 1e-6 + 0.05 * again[name], (name, e, again[name])
 
 
-@pytest.mark.parametrize("bwd_rows", [0, 32], ids=["bwd-capped", "bwd32"])
+@pytest.mark.parametrize("fwd_rows,bwd_rows", [(16, 0), (16, 32), (32, 16)], ids=["bwd-capped", "bwd32", "bwd16"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
-def test_fp32_tile_rows(dtype, bwd_rows):
+def test_fp32_tile_rows(dtype, fwd_rows, bwd_rows):
     """``MimoConfig.bm_fp32``: fp32 inputs run the tiles of the configuration with those rows and the state chunk as
-    long, the backward's tile capped to them or, with ``bm_bwd_fp32``, longer than the forward's (the same results
-    as that configuration written out); bf16 inputs run ``bm``'s. Against float64, with packed sequences (ragged
-    tiles), input states, GQA."""
+    long, the backward's tile capped to them or, with ``bm_bwd_fp32``, longer or shorter than the forward's (the
+    same results as that configuration written out); bf16 inputs run ``bm``'s. Against float64, with packed
+    sequences (ragged tiles), input states, GQA."""
     from mamba3.ops.mimo.configs import MimoConfig
 
     tiles = dict(bk=16, bk_bwd=16, bp_state=16, warps=4, warps_bwd=4, state_warps=4)
-    cfg = MimoConfig(bm=32, bm_bwd=32, state_tiles=1, bm_fp32=16, bm_bwd_fp32=bwd_rows, name="tiny-fp32rows",
+    cfg = MimoConfig(bm=32, bm_bwd=32, state_tiles=1, bm_fp32=fwd_rows, bm_bwd_fp32=bwd_rows, name="tiny-fp32rows",
                      **tiles)
-    same = (MimoConfig(bm=16, bm_bwd=bwd_rows or 16, state_tiles=2, name="tiny-16rows", **tiles)
+    same = (MimoConfig(bm=fwd_rows, bm_bwd=bwd_rows or fwd_rows, state_tiles=32 // fwd_rows, name="tiny-rows",
+                       **tiles)
             if dtype == torch.float32 else MimoConfig(bm=32, bm_bwd=32, state_tiles=1, name="tiny-32rows", **tiles))
     kw = dict(bsz=1, seqlen=21, nheads=4, ngroups=2, dstate=32, headdim=16, rank=2, states=True,
               cu_seqlens=[0, 3, 16, 21])

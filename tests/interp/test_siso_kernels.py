@@ -246,13 +246,10 @@ def test_siso_backward_states16(kw, monkeypatch):
     run_and_compare(args, 16)
 
 
-@pytest.mark.parametrize("kw", [dict(dtype=torch.bfloat16, T=40, B=1, N=128, P=64, A=16, states=True),
-                                dict(dtype=torch.float16, T=50, B=1, N=64, P=64, A=16, cu=[0, 25, 50], Z=False)],
-                         ids=["bf16-states-2nblocks", "fp16-varlen-noZ"])
-def test_siso_backward_store_a1(kw, monkeypatch):
-    """``SisoConfig.bwd_store_a1``: bwd_dv stores M∘(dY Vᵀ) of each chunk and head in the dot dtype and bwd_dqk
-    loads it instead of forming it per N block. Both kernels form it from the same 16-bit operands in one dot over
-    P, so every result is bit-identical to the flag off, and all meet the float64 bars."""
+def _store_a1_runs(kw, flag, monkeypatch):
+    """The case ``kw`` with the SisoConfig ``flag`` off, then on, at chunk 16; checks that bwd_dv stores and bwd_dqk
+    loads a (nchunks, H, 16, 16) buffer of M∘(dY Vᵀ) exactly when it is on and returns both runs' results (output,
+    final states, gradients) and the buffer's dtype; then the flag's run against the float64 bars."""
     import mamba3.ops.siso.function as F
     from mamba3.ops.siso.check import force_config
     from mamba3.testing.compare import with_grads
@@ -263,25 +260,63 @@ def test_siso_backward_store_a1(kw, monkeypatch):
 
     def record(kernel, grid, *a, **meta):
         if kernel.fn.__name__ == "bwd_dv_kernel":
-            seen.append(("dv", meta["STORE_A1"], a[22].shape))
+            seen.append(("dv", meta["STORE_A1"], a[22].shape, a[22].dtype))
         if kernel.fn.__name__ == "bwd_dqk_kernel":
-            seen.append(("dqk", meta["LOAD_A1"], a[18].shape))
+            seen.append(("dqk", meta["LOAD_A1"], a[18].shape, a[18].dtype))
         launch(kernel, grid, *a, **meta)
 
     runs, upstream = {}, None
-    for flag in (False, True):
-        force_config(monkeypatch, bwd_store_a1=flag)
+    for on in (False, True):
+        force_config(monkeypatch, **{flag: on})
         monkeypatch.setattr(F, "launch", record)
-        runs[flag] = with_grads(siso_kernel(16), args, upstream)
-        upstream = runs[flag][3]
+        runs[on] = with_grads(siso_kernel(16), args, upstream)
+        upstream = runs[on][3]
         monkeypatch.undo()
     nchunks = sum(-(-(b - a) // 16) for a, b in zip(kw["cu"][:-1], kw["cu"][1:])) if "cu" in kw else -(-kw["T"] // 16)
-    a1_shape = torch.Size([nchunks, 2, 16, 16])
+    a1_shape = torch.Size([nchunks, kw.get("H", 2), 16, 16])
     assert [s[:2] for s in seen] == [("dv", False), ("dqk", False), ("dv", True), ("dqk", True)], seen
-    assert seen[2][2] == seen[3][2] == a1_shape, seen
-    (out0, fin0, g0, _), (out1, fin1, g1, _) = runs[False], runs[True]
+    assert seen[2][2:] == seen[3][2:] and seen[2][2] == a1_shape, seen
+    force_config(monkeypatch, **{flag: True})
+    run_and_compare(args, 16)
+    return runs[False], runs[True], seen[2][3]
+
+
+@pytest.mark.parametrize("kw", [dict(dtype=torch.bfloat16, T=40, B=1, N=128, P=64, A=16, states=True),
+                                dict(dtype=torch.float16, T=50, B=1, N=64, P=64, A=16, cu=[0, 25, 50], Z=False)],
+                         ids=["bf16-states-2nblocks", "fp16-varlen-noZ"])
+def test_siso_backward_store_a1(kw, monkeypatch):
+    """``SisoConfig.bwd_store_a1``: bwd_dv stores M∘(dY Vᵀ) of each chunk and head in the dot dtype and bwd_dqk
+    loads it instead of forming it per N block. Both kernels form it from the same 16-bit operands in one dot over
+    P, so every result is bit-identical to the flag off, and all meet the float64 bars."""
+    (out0, fin0, g0, _), (out1, fin1, g1, _), dtype = _store_a1_runs(kw, "bwd_store_a1", monkeypatch)
+    assert dtype == kw["dtype"]
     assert torch.equal(out0, out1) and all(torch.equal(a, b) for a, b in zip(fin0, fin1))
     for name in g0:
         assert (g0[name] is None and g1[name] is None) or torch.equal(g0[name], g1[name]), name
-    force_config(monkeypatch, bwd_store_a1=True)
-    run_and_compare(args, 16)
+
+
+@pytest.mark.parametrize("kw", [dict(T=40, B=1, N=64, P=32, A=16, states=True),
+                                dict(T=50, B=1, H=4, G=2, N=64, P=32, A=8, cu=[0, 25, 50], Z=False),
+                                dict(dtype=torch.bfloat16, T=40, B=1, N=32, P=32, A=16, states=True),
+                                dict(T=40, B=1, N=16, P=16, A=4, states=True)],
+                         ids=["fp32-states-2nblocks", "fp32-varlen-gqa-noZ", "bf16-fp32-operands", "fp32-N16-joined"])
+def test_siso_backward_store_a1_fp32(kw, monkeypatch):
+    """``SisoConfig.bwd_store_a1_fp32``: the same hand-over on the fp32-operand path (fp32 inputs, and 16-bit inputs
+    with N < 64), the buffer in fp32, bwd_dqk reading it and (for the halves' dk) its transpose (N = 16: one
+    interleaved block, no halves). The forward is
+    untouched and every run meets the float64 bars. fp32 inputs: the gradients agree with the flag off to fp32
+    rounding (the transpose was a second dot, summed in another order). 16-bit inputs: bwd_dqk formed dY Vᵀ from
+    the 16-bit dy that bwd_dv hands it, bwd_dv forms it from its own fp32 dy, so they agree to 16-bit rounding only
+    (2.0e-3 apart in d_q here)."""
+    from mamba3.testing.errors import rel_frobenius
+
+    (out0, fin0, g0, _), (out1, fin1, g1, _), dtype = _store_a1_runs(kw, "bwd_store_a1_fp32", monkeypatch)
+    assert dtype == torch.float32
+    assert torch.equal(out0, out1) and all(torch.equal(a, b) for a, b in zip(fin0, fin1))
+    if kw.get("dtype", torch.float32) != torch.float32:
+        return
+    for name in g0:
+        assert (g0[name] is None) == (g1[name] is None), name
+        if g0[name] is not None:
+            err = rel_frobenius(g1[name], g0[name])
+            assert err < 1e-6, f"d_{name} differs from the flag off by {err:.2e}"

@@ -146,9 +146,11 @@ class MimoConfig:
         98.99 → 15.26 / 86.65: on in P = 64's configuration. (The forward halves; the backward, its recompute
         included, goes from 66.7 to 71.2 ms.)
     bm_bwd_fp32: with ``bm_fp32``, the dq / dk / dv kernels' rows for fp32 inputs (0: ``bm_bwd`` capped to
-        ``bm_fp32``); may exceed the forward's tile, within the state chunk (the backward's tiles have their own
-        tables). Why: the 64-row backward took less time than the 32-row one above. Prepared without a GPU
-        (forty-second session), off: time it with ``bench_mimo.py --sweep --only=w4/float32,w4-fp32bwd64/float32``.
+        ``bm_fp32``); longer or shorter than the forward's tile, dividing the state chunk (the backward's tiles have
+        their own tables). Why 64: the 64-row backward took less time than the 32-row one above. Why 16: AOT sm_90,
+        fp32, N = 128, spill stores per thread of dq / dk / dv at 32 → 16 rows: P = 64 752 / 72 / 760 → 0 / 0 / 0,
+        P = 128 2568 / 2268 / 3548 → 176 / 72 / 628. Prepared without a GPU (forty-second and forty-third
+        sessions), off: time it with ``bench_mimo.py --sweep --only=w4/float32,w4-fp32bwd`` (and ``-fp32bwd16-P``).
     bk_dv: the dv kernel's N-pair block where it differs from ``bk_bwd`` (0: ``bk_bwd``): set by :meth:`for_dtype`
         from ``bk_bwd16`` when ``bwd16_dqk`` is off; read through :attr:`dv_block`.
     scan_fwd: the forward (not the backward's recompute) as one walk per (sequence, head, P block) over its state
@@ -232,8 +234,8 @@ class MimoConfig:
                 raise ValueError(f"MimoConfig {self.name}: bm_fp32={self.bm_fp32} must be ≤ bm={self.bm} and "
                                  f"divide the state chunk's {self.bm * self.state_tiles} rows")
             bm_bwd = self.bm_bwd_fp32 or min(self.bm_bwd, self.bm_fp32)
-            if bm_bwd > self.bm * self.state_tiles:
-                raise ValueError(f"MimoConfig {self.name}: bm_bwd_fp32={bm_bwd} exceeds the state chunk's "
+            if bm_bwd > self.bm * self.state_tiles or (self.bm * self.state_tiles) % bm_bwd:
+                raise ValueError(f"MimoConfig {self.name}: bm_bwd_fp32={bm_bwd} must divide the state chunk's "
                                  f"{self.bm * self.state_tiles} rows")
             return replace(self, bm=self.bm_fp32, bm_bwd=bm_bwd, bm_fp32=0, bm_bwd_fp32=0,
                            state_tiles=self.state_tiles * self.bm // self.bm_fp32)

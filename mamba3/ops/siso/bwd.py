@@ -32,10 +32,14 @@ from .fwd import rotated_qk_block, rotated_qk_halves, state_halves
 
 
 @triton.jit
-def a1_offsets(c, h, H, i, C: tl.constexpr):
+def a1_offsets(c, h, H, i, C: tl.constexpr, TRANSPOSED: tl.constexpr):
     """Element offsets of the C×C tile of chunk c, head h in the (nchunks, H, C, C) buffer of M∘(dY Vᵀ) that bwd_dv
-    stores and bwd_dqk loads (``SisoConfig.bwd_store_a1``); i = tl.arange(0, C)."""
-    return ((c * H + h) * C + i[:, None]) * C + i[None, :]
+    stores and bwd_dqk loads (``SisoConfig.bwd_store_a1``, ``bwd_store_a1_fp32``); i = tl.arange(0, C).
+    TRANSPOSED: those of the tile's transpose (the same buffer, read with swapped offsets)."""
+    if TRANSPOSED:
+        return ((c * H + h) * C + i[None, :]) * C + i[:, None]
+    else:
+        return ((c * H + h) * C + i[:, None]) * C + i[None, :]
 
 
 @triton.jit(do_not_specialize=["T", "NB_B", "sd_n", "rot_plane", "coef_plane"])
@@ -49,8 +53,9 @@ def bwd_dv_kernel(q_ptr, k_ptr, v_ptr, z_ptr, do_ptr, dv_ptr, dz_ptr, dy_ptr, qb
                   STORE_A1: tl.constexpr):
     # KEND: this kernel forms e^{cs_L}⟨dSe, S⟩ from fp32 states; without it the reverse state scan did
     # (``SisoConfig.bwd_states16``) and st / dst are 16-bit copies (the dots round them to DOT_DT anyway).
-    # STORE_A1 (``SisoConfig.bwd_store_a1``; one P block, 16-bit dots): M∘(dY Vᵀ) of the chunk and head, in DOT_DT,
-    # for bwd_dqk, which would otherwise form it again for every N block
+    # STORE_A1 (``SisoConfig.bwd_store_a1`` on 16-bit dots, ``bwd_store_a1_fp32`` on fp32 ones; one P block):
+    # M∘(dY Vᵀ) of the chunk and head, in a1_ptr's dtype (DOT_DT), for bwd_dqk, which would otherwise form it
+    # again for every N block
     sq_b, sv_b, s_h, s_b, _ = batch_strides(T, H, sq_t, sv_t, 0)
     sp_n = NB_B * s_b
     # 1-D grid, chunk-major then head then P block (fastest): concurrent CTAs share the DRAM rows of v/z/dO
@@ -140,7 +145,7 @@ def bwd_dv_kernel(q_ptr, k_ptr, v_ptr, z_ptr, do_ptr, dv_ptr, dz_ptr, dy_ptr, qb
     w = mm * dyvt
     if STORE_A1:  # bwd_dqk's a1, the same expression (its dot rounds it to DOT_DT)
         a1 = decay * dyvt
-        tl.store(a1_ptr + a1_offsets(c, h, H, i, C), a1.to(a1_ptr.dtype.element_ty))
+        tl.store(a1_ptr + a1_offsets(c, h, H, i, C, False), a1.to(a1_ptr.dtype.element_ty))
     bterm = rev * tl.sum(vf * acc_kd, 1)
     gcs = ecs * tl.sum(dy * acc_qs, 1) + tl.sum(w, 1) - tl.sum(w, 0)
     # the within-chunk scans that turn these into d adt are decay_grad_kernel's (in this kernel they were masked C×C
@@ -240,8 +245,8 @@ def bwd_dqk_kernel(q_ptr, k_ptr, v_ptr, dy_ptr, dq_ptr, dk_ptr, qb_ptr, kb_ptr, 
                    N: tl.constexpr, P: tl.constexpr, C: tl.constexpr, BN: tl.constexpr, BP: tl.constexpr,
                    HAS_BIAS: tl.constexpr,
                    HALVES: tl.constexpr, DOT_DT: tl.constexpr, PREC: tl.constexpr, LOAD_A1: tl.constexpr):
-    # LOAD_A1 (16-bit dots only): M∘(dY Vᵀ) comes from bwd_dv (``SisoConfig.bwd_store_a1``), not from a C×C×P dot
-    # and the decay mask here, once per head and N block
+    # LOAD_A1: M∘(dY Vᵀ) comes from bwd_dv (``SisoConfig.bwd_store_a1`` / ``bwd_store_a1_fp32``), not from a C×C×P
+    # dot and the decay mask here, once per head and N block (HALVES: and its transpose, from a second dot)
     sq_b, sv_b, s_h, s_b, _ = batch_strides(T, H, sq_t, sv_t, 0)
     sc_n = NB_B * s_b
     # 1-D grid: chunk, then group, then head split, then N block (fastest). The HPG heads of a group are split
@@ -295,8 +300,9 @@ def bwd_dqk_kernel(q_ptr, k_ptr, v_ptr, dy_ptr, dq_ptr, dk_ptr, qb_ptr, kb_ptr, 
             vd = v.to(DOT_DT)
             if not LOAD_A1:
                 dyvt += tl.dot(dyd, tl.trans(vd), input_precision=PREC)
+                if HALVES:
+                    dyvt_t += tl.dot(vd, tl.trans(dyd), input_precision=PREC)
             if HALVES:
-                dyvt_t += tl.dot(vd, tl.trans(dyd), input_precision=PREC)
                 se, so = state_halves(st_ptr, sbase, p, nb, N, BN)
                 dse, dso = state_halves(dst_ptr, sbase, p, nb, N, BN)
                 dq_in_e += tl.dot(dyd, se, input_precision=PREC)
@@ -309,8 +315,8 @@ def bwd_dqk_kernel(q_ptr, k_ptr, v_ptr, dy_ptr, dq_ptr, dk_ptr, qb_ptr, kb_ptr, 
                 dq_in += tl.dot(dyd, s, input_precision=PREC)
                 dk_in += tl.dot(vd, dse, input_precision=PREC)
         dqk = gamma * dyv
-        diff = cs[:, None] - cs[None, :]
         if not LOAD_A1:
+            diff = cs[:, None] - cs[None, :]
             a1 = tl.where(i[None, :] < i[:, None], fast_exp(tl.minimum(diff, 0.0)), 0.0) * dyvt
         # the group's q/k rows are re-read for every head (L1/L2 hits) instead of held across the head loop:
         # 32 fewer live registers per thread at 8 warps
@@ -326,8 +332,12 @@ def bwd_dqk_kernel(q_ptr, k_ptr, v_ptr, dy_ptr, dq_ptr, dk_ptr, qb_ptr, kb_ptr, 
         kre = ke * co - ko * si
         kro = ke * si + ko * co
         if HALVES:
-            # (M∘dY Vᵀ)ᵀ = Mᵀ∘(V dYᵀ) formed directly (one more C×C×P dot) instead of a transposed operand
-            a1t = tl.where(i[:, None] < i[None, :], fast_exp(tl.minimum(-diff, 0.0)), 0.0) * dyvt_t
+            if LOAD_A1:
+                a1 = tl.load(a1_ptr + a1_offsets(c, h, H, i, C, False))
+                a1t = tl.load(a1_ptr + a1_offsets(c, h, H, i, C, True))
+            else:
+                # (M∘dY Vᵀ)ᵀ = Mᵀ∘(V dYᵀ) formed directly (one more C×C×P dot) instead of a transposed operand
+                a1t = tl.where(i[:, None] < i[None, :], fast_exp(tl.minimum(-diff, 0.0)), 0.0) * dyvt_t
             dqe = ecs[:, None] * dq_in_e + tl.dot(a1, kre * scale[:, None], input_precision=PREC)
             dqo = ecs[:, None] * dq_in_o + tl.dot(a1, kro * scale[:, None], input_precision=PREC)
             dkke = tl.dot(a1t, qre, input_precision=PREC) + rev[:, None] * dk_in_e
@@ -337,7 +347,7 @@ def bwd_dqk_kernel(q_ptr, k_ptr, v_ptr, dy_ptr, dq_ptr, dk_ptr, qb_ptr, kb_ptr, 
             # (M∘dY Vᵀ) and the states as well gained little (3.4e-3 against 4.3e-3 for dθ) and nearly doubled the
             # register spills (AOT, sm_90: 1084 against 580 bytes).
             if LOAD_A1:
-                ad = tl.load(a1_ptr + a1_offsets(c, h, H, i, C))
+                ad = tl.load(a1_ptr + a1_offsets(c, h, H, i, C, False))
             else:
                 ad = a1.to(DOT_DT)
             dqr = ecs[:, None] * dq_in + exact_dot(ad, join_pairs(kre, kro, C, BN) * scale[:, None], DOT_DT, PREC)

@@ -98,6 +98,14 @@ class SisoConfig:
     # N = 128, P = 64: bwd_dqk's spill stores 488 → 252 B. H100, same run: bwd_dqk 2.335 → 2.006 ms, forward+backward
     # 6.809 → 6.482 alone, 6.715 → 6.394 beside bwd_states16.
     bwd_store_a1: bool = True
+    # The same hand-over on the fp32-operand path (fp32 inputs; 16-bit inputs without half_dots), one P block, the
+    # buffer in fp32: there bwd_dqk formed M∘(dY Vᵀ) and, for the halves' dk (no transposed register operands), its
+    # transpose from V dYᵀ, two C×C×P tf32x3 dots (six tf32 ones) per head and N block (four N blocks of bn = 32 at
+    # N = 128), and loads both from the buffer instead (the transpose through swapped offsets). Results within
+    # fp32 rounding of the flag off (the two products' sums in another order). B8 T4096 H32: 268 MB more written.
+    # AOT sm_90, fp32, N = 128, P = 64 (8 warps, 255 registers either way), spill stores per thread: bwd_dqk 2312 →
+    # 976 B (shared memory 45 → 16 KB), bwd_dv 1196 → 1232. Off until timed (``sweep_siso.py`` ``…-a1``).
+    bwd_store_a1_fp32: bool = False
 
     def __post_init__(self):
         if self.halves and self.half_dots:

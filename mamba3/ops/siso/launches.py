@@ -18,7 +18,8 @@ kernels are the default ones, deduplicated), with ``SisoConfig.states16`` and ``
 bf16 forward's scan and output kernel then take a 16-bit state buffer, the backward's recompute the fp32 one, and
 the reverse scan forms its ⟨dSe, S⟩ partials and 16-bit copies of S and dS for the per-chunk gradient kernels.
 ``SisoConfig.bwd_store_a1`` (the default: bwd_dv hands M∘(dY Vᵀ) to bwd_dqk) acts with one P block only, so bf16 at
-N = 128, P = 64 is a class of its own (the dispatcher's choice there).
+N = 128, P = 64 is a class of its own (the dispatcher's choice there); so is fp32 with ``bwd_store_a1_fp32`` (off by
+default) at P = the fp32 path's bp on the architecture (64 on sm_90, 32 elsewhere).
 """
 from __future__ import annotations
 
@@ -29,15 +30,17 @@ from mamba3.testing.aot import KernelLaunch
 
 from ..common.launch import recording
 from . import function as F
+from .configs import SisoProblem
 
 
 _SCAN = dict(scan_states=True, states16=True)
 
 
-def _problem_classes(default_only: bool = False):
+def _problem_classes(spec, default_only: bool = False):
     """(input dtype, explicit chunk or None, N, config changes[, P = 128]); default_only: only the dispatcher's own
     choices (the changes force the scan on the dispatcher's tiles, N = P = 128: an architecture's spec has no SM
-    count, so the launcher's own rule, ``function._scan_states``, records the chunked path)."""
+    count, so the launcher's own rule, ``function._scan_states``, records the chunked path; or switch on
+    ``bwd_store_a1_fp32``, which acts at one P block: P = the fp32 path's bp on this architecture)."""
     yield torch.bfloat16, None, 128, {}
     yield torch.float32, None, 128, {}
     yield torch.bfloat16, None, 128, {}, 64
@@ -45,6 +48,8 @@ def _problem_classes(default_only: bool = False):
         yield torch.float32, 64, 128, {}
         yield torch.bfloat16, None, 128, _SCAN
         yield torch.float32, None, 128, _SCAN
+        fp32_bp = F.choose_config(spec, SisoProblem("fp32", 128, 128)).bp
+        yield torch.float32, None, 128, dict(bwd_store_a1_fp32=True), fp32_bp
     yield torch.float32, None, 16, {}
     yield torch.bfloat16, None, 32, {}
 
@@ -86,7 +91,7 @@ def aot_launches(arch: int, *, default_only: bool = False) -> list[KernelLaunch]
     """default_only: leave out the problem classes with an explicit (caller-chosen) chunk size."""
     spec = arch_spec(arch)
     out, seen = [], set()
-    for problem in _problem_classes(default_only):
+    for problem in _problem_classes(spec, default_only):
         for kernel, grid, args, meta in _record(spec, *problem):
             sig = tuple(str(a.dtype) if isinstance(a, torch.Tensor) else type(a).__name__ for a in args)
             key = (kernel.fn.__name__, tuple(sorted((k, str(v)) for k, v in meta.items())), sig)

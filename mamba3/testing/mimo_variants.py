@@ -1,0 +1,63 @@
+"""The MIMO configuration variants a caller or a test may switch on beside the dispatcher's choices, in one place.
+
+The GPU tests run each variant on every configuration it applies to (``tests/gpu/test_mimo.py``) and the AOT lane
+traces the same variants' kernels through Triton's front end (``tests/aot/test_kernel_variants_trace.py``), so a
+variant added for one is covered by the other.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+# tag: the MimoConfig fields the variant sets
+OPT_IN = {
+    "savey": dict(save_y=True),
+    "savey16": dict(save_y=True, save_y16=True),
+    "dpw": dict(bwd_store_dpw=True),
+    "dpw-dqk16": dict(bwd_store_dpw=True, bwd16_dqk=True),
+    "dpw16": dict(bwd_store_dpw=True, dpw16=True),
+    "nodpw": dict(bwd_store_dpw=False),
+    "fp32rows": dict(bm_fp32=32),
+    "fp32rows-bwd64": dict(bm_fp32=32, bm_bwd_fp32=64),
+    "fp32rows-bwd16": dict(bm_fp32=32, bm_bwd_fp32=16),
+    "bwd16": dict(bwd_dots16=True, bk_bwd16=0, bwd16_dqk=True),
+    "bwd16-bk64": dict(bwd_dots16=True, bk_bwd16=64, bwd16_dqk=True),
+    "bwd16-dv": dict(bwd_dots16=True, bk_bwd16=64, bwd16_dqk=False),
+    "chunked-passes": dict(scan_states=False, scan_dstates=False),
+    "bcast": dict(scan_gather=False),
+}
+
+
+def base_configs() -> list:
+    """(P bucket, configuration) of every configuration the dispatcher may run: each bucket's candidates, and
+    where the dispatcher picks the forward from the grid (``scan_fwd`` None) the scan variant first, then the
+    chunked one."""
+    from mamba3.ops.mimo.configs import CONFIGS
+
+    return [(p, c) for p, cfgs in CONFIGS.items() for cfg in cfgs
+            for c in ((cfg.scan_variant(), cfg) if cfg.scan_fwd is None else (cfg,))]
+
+
+def applies(tag: str, cfg) -> bool:
+    """Whether the variant changes anything on ``cfg``: the scan forward's own switches only with the scan
+    forward; 32-row fp32 tiles only on the chunked forward's longer tiles, with backward rows that divide its state
+    chunk; 16-bit dq / dk blocks only where the backward's dots are 16-bit."""
+    flags = OPT_IN[tag]
+    if tag in ("chunked-passes", "bcast"):
+        return bool(cfg.scan_fwd)
+    if "bm_fp32" in flags:
+        chunk = cfg.bm * cfg.state_tiles
+        bwd_rows = flags.get("bm_bwd_fp32", 0)
+        return not cfg.scan_fwd and cfg.bm > flags["bm_fp32"] and bwd_rows <= chunk and chunk % max(bwd_rows, 1) == 0
+    if tag == "dpw-dqk16":
+        return cfg.bwd_dots16
+    return True
+
+
+def with_variant(cfg, tag: str):
+    """``cfg`` with the variant's fields set, named ``{cfg.name}-{tag}``."""
+    return dataclasses.replace(cfg, **OPT_IN[tag], name=f"{cfg.name}-{tag}")
+
+
+def every_config_with(*tags: str) -> list:
+    """(P bucket, configuration) for each tag in turn and every base configuration it applies to."""
+    return [(p, with_variant(c, tag)) for tag in tags for p, c in base_configs() if applies(tag, c)]
