@@ -89,28 +89,31 @@ def sweep_variants(spec):
     # fp32 inputs (tf32x3 dots) on the configuration's 64-row tiles (bm_fp32 off), which spill ≈ 4 KB per thread
     # in the output kernel (AOT sm_90) where the 32-row ones (bm_fp32 = 32) spill 680 B: B8 T4096 99.31 against
     # 86.37 ms (H100, 42nd session)
-    # (-fp32bwd64 / -fp32bwd16: the dq / dk / dv kernels on 64 / 16 rows, bm_bwd_fp32, after the 32-row forward;
-    # not timed yet. AOT sm_90 spills per thread dq / dk / dv at 32 rows 752 / 72 / 760 B, at 64 616 / 60 / 1444, at
-    # 16 none)
+    # (-fp32bwd64: the dq / dk / dv kernels on 64 rows, bm_bwd_fp32, after the 32-row forward; not timed yet. On 16
+    # rows: 86.40 against 100.52 ms, H100, 43rd session, though AOT sm_90 spills per thread dq / dk / dv are 752 / 72
+    # / 760 B at 32 rows and none at 16)
     fp32_rows64 = R(base, bm_fp32=0, name=f"{base.name}-fp32bm64")
     variants = [(v, torch.bfloat16, 64) for v in variants] + [(v, torch.float32, 64) for v in (
         base, R(base, bwd_store_dpw=False, name=f"{base.name}-nodpw"),
-        R(base, bm_bwd_fp32=64, name=f"{base.name}-fp32bwd64"), R(base, bm_bwd_fp32=16, name=f"{base.name}-fp32bwd16"),
+        R(base, bm_bwd_fp32=64, name=f"{base.name}-fp32bwd64"),
         fp32_rows64, R(fp32_rows64, bwd_store_dpw=False, name=f"{fp32_rows64.name}-nodpw"))]
     # the other P buckets' configurations (named -P<headdim>) as the dispatcher picks them, without the stored
     # weighted dP (bwd_store_dpw: on in every bucket since the 42nd session, e.g. P = 128 fp32 280.1 → 228.9 ms,
-    # H100), with it in bf16 for 16-bit inputs (dpw16) and, for fp32 inputs, on 32-row tiles (bm_fp32), the
-    # backward on 16 (bm_bwd_fp32; AOT sm_90 spills per thread dq / dk / dv at P = 128 2568 / 2268 / 3548 → 176 / 72
-    # / 628 B, at P = 32 172 / 44 / 180 → 0)
+    # H100), with it in fp32 for 16-bit inputs (dpw16 off: bf16 blocks on since the 43rd session, e.g. P = 32 28.76
+    # → 27.62 ms) and, for fp32 inputs, on the other tile rows: 32-row tiles where the bucket keeps 64 (bm_fp32; P =
+    # 32: 50.63 → 70.41 ms, off), 64-row tiles or a 32-row backward where it runs 32 / 16 (P = 128: 228.12 / 217.07
+    # against 141.97 ms; H100, 43rd session)
     for p in (16, 32, 128):
         cfg = choose_config(spec, MimoProblem(128, p, 4))
         named = lambda tag, **flags: R(cfg, **flags, name=f"{cfg.name}{tag}-P{p}")  # noqa: E731
         variants += [(c, dtype, p) for dtype in (torch.bfloat16, torch.float32)
                      for c in (named(""), named("-nodpw", bwd_store_dpw=False))]
-        variants.append((named("-dpw16", dpw16=True), torch.bfloat16, p))
-        if cfg.bm > 32:
-            variants += [(named("-fp32bm32", bm_fp32=32), torch.float32, p),
-                         (named("-fp32bwd16", bm_fp32=32, bm_bwd_fp32=16), torch.float32, p)]
+        variants.append((named("-dpw32", dpw16=False), torch.bfloat16, p))
+        if cfg.bm_fp32:
+            variants += [(named("-fp32bm64", bm_fp32=0, bm_bwd_fp32=0), torch.float32, p),
+                         (named("-fp32bwd32", bm_bwd_fp32=0), torch.float32, p)]
+        elif cfg.bm > 32:
+            variants.append((named("-fp32bm32", bm_fp32=32), torch.float32, p))
     return variants
 
 

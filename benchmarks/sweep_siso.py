@@ -62,10 +62,10 @@ CANDIDATES = {
                                                    fp32_prec="tf32x3")),
     "fp32-x3-c64-b32p64-w4/8-scan": ("fp32", SisoConfig(64, 32, 64, 4, 8, 1, half_dots=False, halves=True,
                                                         fp32_prec="tf32x3", scan_states=True)),
-    # bwd_dv hands M∘(dY Vᵀ) to bwd_dqk in fp32 (SisoConfig.bwd_store_a1_fp32; the dispatcher's sm_90 tiles above):
-    # bwd_dqk's two C×C×P tf32x3 dots per head and N block gone; AOT sm_90 bwd_dqk spills 2312 → 976 B per thread
-    "fp32-x3-c64-b32p64-w4/8-a1": ("fp32", SisoConfig(64, 32, 64, 4, 8, 1, half_dots=False, halves=True,
-                                                      fp32_prec="tf32x3", bwd_store_a1_fp32=True)),
+    # bwd_dqk forming M∘(dY Vᵀ) and its transpose itself (SisoConfig.bwd_store_a1_fp32 off; the dispatcher's sm_90
+    # tiles above): H100, 43rd session, B8 T4096 44.03 against 34.77 ms, B1 T32768 44.25 against 35.00
+    "fp32-x3-c64-b32p64-w4/8-no-a1": ("fp32", SisoConfig(64, 32, 64, 4, 8, 1, half_dots=False, halves=True,
+                                                         fp32_prec="tf32x3", bwd_store_a1_fp32=False)),
     "fp32-x3-c32-b32-w4/4": ("fp32", SisoConfig(32, 32, 32, 4, 4, 1, half_dots=False, halves=True,
                                                 fp32_prec="tf32x3")),
     "fp32-ieee-c32-b32-w4/8": ("fp32", SisoConfig(32, 32, 32, 4, 8, 1, half_dots=False, halves=True)),

@@ -210,18 +210,24 @@ def _bwd16_params():
     # On 64-column N-pair blocks (bk_bwd16 = 64) P = 64 is right (the default from the twenty-sixth session; since
     # the twenty-eighth the dq / dk kernels keep tf32 dots there, bwd16_dqk off) and P = 32 returns a wrong dv on
     # the H200 (d_v 75 relative, d_adt, d_trap, d_mimo_v with it; dq right).
+    # Since the dq kernel loads the weighted dP the dv kernel stored (``bwd_store_dpw``, on in every bucket since the
+    # forty-second session) instead of forming it, P = 32 passed on an H100 in three runs of three (forty-third
+    # session, bf16 and fp16; not yet run on an H200), so it is no longer marked. P = 64's dq stayed wrong there in
+    # bf16 (three runs of three) and in fp16 in one run of three: a miscompile whose effect comes and goes, so that
+    # mark is not strict (neither result is a change to act on; a strict mark would fail at random).
     import dataclasses
 
     from mamba3.testing.mimo_variants import OPT_IN
 
-    wrong_dq = {"bm64-w4", "bm64-w4-tf32"}
+    wrong_dq = {"bm64-w4"}
     wrong_dv_bk64 = {"bm64-w4-tf32"}
     params = []
     for p, cfg in _all_configs():
         cfg32 = dataclasses.replace(cfg, **OPT_IN["bwd16"])  # every kernel 16-bit
-        marks = [pytest.mark.xfail(strict=True, reason="wrong dq on the H200")] if cfg.name in wrong_dq else []
+        marks = ([pytest.mark.xfail(strict=False, reason="wrong dq on the H200 and H100, not in every run")]
+                 if cfg.name in wrong_dq else [])
         params.append(pytest.param(p, cfg32, marks=marks, id=f"{p}-{cfg.name}"))
-        if cfg.name in wrong_dq:
+        if cfg.name in wrong_dq | wrong_dv_bk64:  # also on 64-column N-pair blocks
             marks = ([pytest.mark.xfail(strict=True, reason="wrong dv on the H200")] if cfg.name in wrong_dv_bk64
                      else [])
             params.append(pytest.param(p, dataclasses.replace(cfg, **OPT_IN["bwd16-bk64"]), marks=marks,

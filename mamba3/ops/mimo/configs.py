@@ -135,7 +135,9 @@ class MimoConfig:
         H100 (forty-second session, ``bench_mimo.py --sweep``), bf16, P = 64, forward+backward ms with fp32 →
         bf16 blocks: B8 T4096 (scan) 28.81 → 28.35, with ``save_y`` 25.16 → 24.71, B1 T32768 (chunked) 33.47 →
         32.79; peak memory 8.14 → 7.61 GB at B8; worst gradient error against float64 d_q 3.02e-3 → 3.08e-3 at B8.
-        On in P = 64's configuration; the other buckets' untimed (``--only=-dpw16-P``).
+        On in P = 64's configuration, and in every other bucket's first one since the forty-third session (H100, bf16,
+        B8 T4096, forward+backward ms with fp32 → bf16 blocks: P = 16 25.35 → 24.53, P = 32 28.76 → 27.62, P = 128
+        82.32 → 81.71; worst gradient error against float64 at P = 128 3.86e-3 → 4.72e-3).
     bm_fp32: the token tile's rows for fp32 inputs where they differ from ``bm`` (0: ``bm``), applied by
         :meth:`for_dtype` to the chunked kernels: the backward's tile capped to it (unless ``bm_bwd_fp32``) and
         ``state_tiles`` scaled so the state chunk keeps its length. fp32 inputs take tf32x3 dots (three products
@@ -144,13 +146,15 @@ class MimoConfig:
         72 / 760. H100 (forty-second session, ``bench_mimo.py --sweep``), fp32, P = 64, with ``bwd_store_dpw``,
         forward / forward+backward ms at 64 → 32 rows: B8 T4096 32.60 / 99.31 → 15.17 / 86.37, B1 T32768 32.52 /
         98.99 → 15.26 / 86.65: on in P = 64's configuration. (The forward halves; the backward, its recompute
-        included, goes from 66.7 to 71.2 ms.)
+        included, goes from 66.7 to 71.2 ms.) On in P = 128's (with ``bm_bwd_fp32``, below), off in P = 32's (H100,
+        forty-third session: 50.63 → 70.41 ms).
     bm_bwd_fp32: with ``bm_fp32``, the dq / dk / dv kernels' rows for fp32 inputs (0: ``bm_bwd`` capped to
         ``bm_fp32``); longer or shorter than the forward's tile, dividing the state chunk (the backward's tiles have
         their own tables). Why 64: the 64-row backward took less time than the 32-row one above. Why 16: AOT sm_90,
         fp32, N = 128, spill stores per thread of dq / dk / dv at 32 → 16 rows: P = 64 752 / 72 / 760 → 0 / 0 / 0,
-        P = 128 2568 / 2268 / 3548 → 176 / 72 / 628. Prepared without a GPU (forty-second and forty-third
-        sessions), off: time it with ``bench_mimo.py --sweep --only=w4/float32,w4-fp32bwd`` (and ``-fp32bwd16-P``).
+        P = 128 2568 / 2268 / 3548 → 176 / 72 / 628. H100 (forty-third session), fp32, B8 T4096, forward+backward
+        ms at 32 → 16 rows: P = 128 217.07 → 141.97 (on in its configuration), P = 64 86.40 → 100.52 (off there);
+        64 rows at P = 64 not timed yet (``bench_mimo.py --sweep --only=w4-fp32bwd64/float32``).
     bk_dv: the dv kernel's N-pair block where it differs from ``bk_bwd`` (0: ``bk_bwd``): set by :meth:`for_dtype`
         from ``bk_bwd16`` when ``bwd16_dqk`` is off; read through :attr:`dv_block`.
     scan_fwd: the forward (not the backward's recompute) as one walk per (sequence, head, P block) over its state
@@ -273,11 +277,15 @@ CONFIGS = {
     # (``bwd_store_dpw``); H100, forty-second session, B=8, T=4096, forward+backward ms without → with it, bf16 /
     # fp32 inputs: P = 16 33.53 → 32.01 / 51.09 → 48.28, P = 32 28.87 → 28.79 / 65.46 → 50.82, P = 128 90.28 → 82.42
     # / 280.06 → 228.86 (``benchmarks/results/mimo_dpw_buckets_sweep.md``).
-    16: (MimoConfig(bm=32, warps=4, state_warps=4, warps_bwd=4, bwd_store_dpw=True, name="bm32-w4"),),
+    # The blocks are bf16 for 16-bit inputs in every bucket (``dpw16``; timings in MimoConfig's docstring).
+    16: (MimoConfig(bm=32, warps=4, state_warps=4, warps_bwd=4, bwd_store_dpw=True, dpw16=True, name="bm32-w4"),),
     # P = 32: at 4 warps with 16-bit forward dots the output kernel returned wrong outputs and faulted on the H200
     # (Triton 3.6; the interpreter runs it exactly), so its forward dots stay tf32. H200, bf16, B=8, T=4096, P=32:
     # 8 warps with 16-bit forward dots 7.79 / 46.0 ms, 4 warps with tf32 ones 5.36 / 28.2.
-    32: (MimoConfig(warps=4, state_warps=4, warps_bwd=4, fwd_dots16=False, bwd_store_dpw=True, name="bm64-w4-tf32"),),
+    # fp32 inputs keep the 64-row tiles here: H100 (forty-third session), B8 T4096, forward+backward 50.63 ms against
+    # 70.41 on 32-row tiles (``bm_fp32``) and 86.10 with a 16-row backward besides, though AOT predicted fewer spills.
+    32: (MimoConfig(warps=4, state_warps=4, warps_bwd=4, fwd_dots16=False, bwd_store_dpw=True, dpw16=True,
+                    name="bm64-w4-tf32"),),
     # P = 64 at 4 warps (two 4-warp CTAs per SM instead of one 8-warp CTA; 255 registers, ≤ 172 B spills on
     # sm_90): H200, bf16, B=8, T=4096: forward / forward+backward 9.22 / 56.6 ms at 8 warps, 6.08 / 35.0 ms.
     # The forward as the scan (``scan_fwd``) where the grid fills the GPU (``for_grid``); for 16-bit inputs the
@@ -291,8 +299,11 @@ CONFIGS = {
     # output error 0.21 against float64, bf16, N = 64; every gradient right; the interpreter runs it exactly), so
     # this configuration keeps tf32 forward dots. Output and chunk-state kernels at 4 warps like P ≤ 64: H200, bf16,
     # B=8, T=4096, forward / forward+backward 21.35 / 101.4 ms at 8 warps, 13.34 / 85.0 at 4 (twelfth session).
+    # fp32 inputs on 32-row tiles with a 16-row backward (``bm_fp32``, ``bm_bwd_fp32``: the dq / dk / dv kernels'
+    # spills 2568 / 2268 / 3548 → 176 / 72 / 628 B, AOT sm_90): H100 (forty-third session), B8 T4096,
+    # forward+backward 228.12 ms → 217.07 on 32-row tiles → 141.97 with the 16-row backward.
     128: (MimoConfig(bk=32, bm_bwd=32, warps=4, state_warps=4, warps_bwd=4, fwd_dots16=False, bwd_store_dpw=True,
-                     name="bm64-bk32-bwd32-w4"),
+                     dpw16=True, bm_fp32=32, bm_bwd_fp32=16, name="bm64-bk32-bwd32-w4"),
           MimoConfig(bm=32, bm_bwd=16, bk=16, bk_bwd=16, state_tiles=8, bp_state=32, warps=4, warps_bwd=4,
                      state_warps=4, name="bm32-bwd16")),
 }

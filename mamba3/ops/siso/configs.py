@@ -104,8 +104,10 @@ class SisoConfig:
     # N = 128), and loads both from the buffer instead (the transpose through swapped offsets). Results within
     # fp32 rounding of the flag off (the two products' sums in another order). B8 T4096 H32: 268 MB more written.
     # AOT sm_90, fp32, N = 128, P = 64 (8 warps, 255 registers either way), spill stores per thread: bwd_dqk 2312 →
-    # 976 B (shared memory 45 → 16 KB), bwd_dv 1196 → 1232. Off until timed (``sweep_siso.py`` ``…-a1``).
-    bwd_store_a1_fp32: bool = False
+    # 976 B (shared memory 45 → 16 KB), bwd_dv 1196 → 1232. H100 (forty-third session, sweep_siso.py, fp32, the
+    # sm_90 tiles), forward+backward 44.03 → 34.77 ms at B8 T4096 and 44.25 → 35.00 at B1 T32768 (bwd_dqk 20.6 →
+    # 11.0 ms, bwd_dv 9.9 → 10.2), every error against float64 within 3e-8 of the flag off.
+    bwd_store_a1_fp32: bool = True
 
     def __post_init__(self):
         if self.halves and self.half_dots:

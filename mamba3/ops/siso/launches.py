@@ -17,9 +17,9 @@ AOT target is not; forced for fp32) is compiled on the dispatcher's N = P = 128 
 kernels are the default ones, deduplicated), with ``SisoConfig.states16`` and ``bwd_states16`` (the defaults): the
 bf16 forward's scan and output kernel then take a 16-bit state buffer, the backward's recompute the fp32 one, and
 the reverse scan forms its ⟨dSe, S⟩ partials and 16-bit copies of S and dS for the per-chunk gradient kernels.
-``SisoConfig.bwd_store_a1`` (the default: bwd_dv hands M∘(dY Vᵀ) to bwd_dqk) acts with one P block only, so bf16 at
-N = 128, P = 64 is a class of its own (the dispatcher's choice there); so is fp32 with ``bwd_store_a1_fp32`` (off by
-default) at P = the fp32 path's bp on the architecture (64 on sm_90, 32 elsewhere).
+``SisoConfig.bwd_store_a1`` and ``bwd_store_a1_fp32`` (the defaults: bwd_dv hands M∘(dY Vᵀ) to bwd_dqk) act with one
+P block only, so bf16 at N = 128, P = 64 is a class of its own (the dispatcher's choice there), and so is fp32 at
+P = the fp32 path's bp on the architecture (64 on sm_90, 32 elsewhere).
 """
 from __future__ import annotations
 
@@ -39,17 +39,16 @@ _SCAN = dict(scan_states=True, states16=True)
 def _problem_classes(spec, default_only: bool = False):
     """(input dtype, explicit chunk or None, N, config changes[, P = 128]); default_only: only the dispatcher's own
     choices (the changes force the scan on the dispatcher's tiles, N = P = 128: an architecture's spec has no SM
-    count, so the launcher's own rule, ``function._scan_states``, records the chunked path; or switch on
-    ``bwd_store_a1_fp32``, which acts at one P block: P = the fp32 path's bp on this architecture)."""
+    count, so the launcher's own rule, ``function._scan_states``, records the chunked path). One P block (P = bp):
+    the backward's hand-over of M∘(dY Vᵀ) (``bwd_store_a1``, ``bwd_store_a1_fp32``)."""
     yield torch.bfloat16, None, 128, {}
     yield torch.float32, None, 128, {}
     yield torch.bfloat16, None, 128, {}, 64
+    yield torch.float32, None, 128, {}, F.choose_config(spec, SisoProblem("fp32", 128, 128)).bp
     if not default_only:
         yield torch.float32, 64, 128, {}
         yield torch.bfloat16, None, 128, _SCAN
         yield torch.float32, None, 128, _SCAN
-        fp32_bp = F.choose_config(spec, SisoProblem("fp32", 128, 128)).bp
-        yield torch.float32, None, 128, dict(bwd_store_a1_fp32=True), fp32_bp
     yield torch.float32, None, 16, {}
     yield torch.bfloat16, None, 32, {}
 
