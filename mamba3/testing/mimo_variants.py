@@ -16,7 +16,7 @@ OPT_IN = {
     "dpw-dqk16": dict(bwd_store_dpw=True, bwd16_dqk=True),
     "dpw16": dict(bwd_store_dpw=True, dpw16=True),
     "nodpw": dict(bwd_store_dpw=False),
-    "fp32rows": dict(bm_fp32=32),
+    "fp32rows": dict(bm_fp32=32, bm_bwd_fp32=0),  # the backward capped to the forward's rows
     "fp32rows-bwd64": dict(bm_fp32=32, bm_bwd_fp32=64),
     "fp32rows-bwd16": dict(bm_fp32=32, bm_bwd_fp32=16),
     "bwd16": dict(bwd_dots16=True, bk_bwd16=0, bwd16_dqk=True),

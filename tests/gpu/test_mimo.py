@@ -178,9 +178,9 @@ def test_bwd_store_dpw(p, cfg, dtype):
 @pytest.mark.parametrize("p,cfg", _every_config_with("fp32rows", "fp32rows-bwd64", "fp32rows-bwd16"),
                          ids=lambda x: str(x) if isinstance(x, int) else x.name)
 def test_fp32_tile_rows(p, cfg):
-    """``MimoConfig.bm_fp32`` (fp32 inputs on 32-row tiles, the state chunk as long; on in P = 64's configuration)
-    on every chunked configuration with larger tiles, the backward's tile capped to 32 rows, and at 64 or 16
-    (``bm_bwd_fp32``, not on by default), as :func:`test_save_y`, fp32 inputs (the only ones it changes)."""
+    """``MimoConfig.bm_fp32`` (fp32 inputs on 32-row tiles, the state chunk as long; on in the P = 64 and P = 128
+    configurations) on every chunked configuration with larger tiles, the backward's tile capped to 32 rows, and at
+    64 or 16 (``bm_bwd_fp32``; 16 on in P = 128's), as :func:`test_save_y`, fp32 inputs (the only ones it changes)."""
     _check_candidate(p, cfg, torch.float32)
 
 
