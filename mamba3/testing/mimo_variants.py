@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import dataclasses
 
+import torch
+
 # tag: the MimoConfig fields the variant sets
 OPT_IN = {
     "savey": dict(save_y=True),
@@ -39,15 +41,20 @@ def base_configs() -> list:
 
 def applies(tag: str, cfg) -> bool:
     """Whether the variant changes anything on ``cfg``: the scan forward's own switches only with the scan
-    forward; 32-row fp32 tiles only on the chunked forward's longer tiles, with backward rows that divide its state
-    chunk; 16-bit dq / dk blocks only where the backward's dots are 16-bit."""
+    forward; 32-row fp32 tiles only on the chunked forward's longer tiles, with rows the configuration accepts
+    (``MimoConfig.for_dtype`` refuses the others); 16-bit dq / dk blocks only where the backward's dots are
+    16-bit."""
     flags = OPT_IN[tag]
     if tag in ("chunked-passes", "bcast"):
         return bool(cfg.scan_fwd)
     if "bm_fp32" in flags:
-        chunk = cfg.bm * cfg.state_tiles
-        bwd_rows = flags.get("bm_bwd_fp32", 0)
-        return not cfg.scan_fwd and cfg.bm > flags["bm_fp32"] and bwd_rows <= chunk and chunk % max(bwd_rows, 1) == 0
+        if cfg.scan_fwd or cfg.bm <= flags["bm_fp32"]:
+            return False
+        try:
+            with_variant(cfg, tag).for_dtype(torch.float32)
+        except ValueError:
+            return False
+        return True
     if tag == "dpw-dqk16":
         return cfg.bwd_dots16
     return True

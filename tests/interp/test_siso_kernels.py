@@ -303,11 +303,10 @@ def test_siso_backward_store_a1(kw, monkeypatch):
 def test_siso_backward_store_a1_fp32(kw, monkeypatch):
     """``SisoConfig.bwd_store_a1_fp32``: the same hand-over on the fp32-operand path (fp32 inputs, and 16-bit inputs
     with N < 64), the buffer in fp32, bwd_dqk reading it and (for the halves' dk) its transpose (N = 16: one
-    interleaved block, no halves). The forward is
-    untouched and every run meets the float64 bars. fp32 inputs: the gradients agree with the flag off to fp32
-    rounding (the transpose was a second dot, summed in another order). 16-bit inputs: bwd_dqk formed dY Vᵀ from
-    the 16-bit dy that bwd_dv hands it, bwd_dv forms it from its own fp32 dy, so they agree to 16-bit rounding only
-    (2.0e-3 apart in d_q here)."""
+    interleaved block, no halves). The forward is untouched and every run meets the float64 bars. fp32 inputs: the
+    gradients agree with the flag off to fp32 rounding (the transpose was a second dot, summed in another order).
+    16-bit inputs: bwd_dqk formed dY Vᵀ from the 16-bit dy that bwd_dv hands it, bwd_dv forms it from its own fp32
+    dy, so they agree to 16-bit rounding only (2.0e-3 apart in d_q here)."""
     from mamba3.testing.errors import rel_frobenius
 
     (out0, fin0, g0, _), (out1, fin1, g1, _), dtype = _store_a1_runs(kw, "bwd_store_a1_fp32", monkeypatch)

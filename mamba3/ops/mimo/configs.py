@@ -234,13 +234,14 @@ class MimoConfig:
         """The tiles the kernels run for inputs of ``dtype``: ``bm_fp32`` rows for fp32 inputs to the chunked
         kernels; the backward's N-pair blocks ``bk_bwd16`` wide where its 16-bit dots apply."""
         if dtype == torch.float32 and self.bm_fp32 and not self.scan_fwd:
-            if self.bm_fp32 > self.bm or (self.bm * self.state_tiles) % self.bm_fp32:
+            chunk = self.bm * self.state_tiles  # the state chunk's rows, which every tile must divide
+            if self.bm_fp32 > self.bm or chunk % self.bm_fp32:
                 raise ValueError(f"MimoConfig {self.name}: bm_fp32={self.bm_fp32} must be ≤ bm={self.bm} and "
-                                 f"divide the state chunk's {self.bm * self.state_tiles} rows")
+                                 f"divide the state chunk's {chunk} rows")
             bm_bwd = self.bm_bwd_fp32 or min(self.bm_bwd, self.bm_fp32)
-            if bm_bwd > self.bm * self.state_tiles or (self.bm * self.state_tiles) % bm_bwd:
+            if bm_bwd > chunk or chunk % bm_bwd:
                 raise ValueError(f"MimoConfig {self.name}: bm_bwd_fp32={bm_bwd} must divide the state chunk's "
-                                 f"{self.bm * self.state_tiles} rows")
+                                 f"{chunk} rows")
             return replace(self, bm=self.bm_fp32, bm_bwd=bm_bwd, bm_fp32=0, bm_bwd_fp32=0,
                            state_tiles=self.state_tiles * self.bm // self.bm_fp32)
         if dtype != torch.float32 and self.bwd_dots16 and self.bk_bwd16:
