@@ -138,6 +138,38 @@ def test_backward_store_a1_fp32(feature, monkeypatch):
                        "bwd_store_a1_fp32", monkeypatch, reordered="all", scan=False)
 
 
+@pytest.mark.parametrize("scan", [False, True], ids=["chunked", "scan"])
+@pytest.mark.parametrize("case", ["fp32-base", "fp32-gqa-H4-G1", "fp32-states", "fp32-varlen-states", "fp32-T-odd",
+                                  "fp32-no-D-no-Z", "bf16-N32-states"])
+def test_contiguous_halves(case, scan, monkeypatch):
+    """``SisoConfig.contiguous_halves`` (the fp32-operand path's pair tiles by contiguous loads split in registers and
+    re-interleaved stores, not stride-2 ones) on the dispatcher's tiles, chunk-parallel and with the state scan
+    forced (its input-state load and final-state store): every result within 1e-6 of the flag off (the same values
+    move; only the compiler's contraction of the rotations may differ), and within the bars against float64."""
+    from mamba3.ops.siso.check import force_config, siso_kernel
+    from mamba3.testing.compare import with_grads
+    from mamba3.testing.errors import rel_frobenius
+
+    dtype, feature = case.split("-", 1)
+    if dtype == "fp32":
+        args = _case(dtype=torch.float32, N=128, P=_fp32_bp(), A=32, **FEATURES[feature])
+    else:  # 16-bit inputs with N < 64: the fp32-operand path too
+        args = _case(dtype=DT[dtype], N=32, P=32, A=16, states=True)
+    runs = []
+    for on in (False, True):
+        force_config(monkeypatch, contiguous_halves=on, scan_states=scan)
+        runs.append(with_grads(siso_kernel(None), args, runs[0][3] if runs else None))
+        monkeypatch.undo()
+    (out0, fin0, g0, _), (out1, fin1, g1, _) = runs
+    pairs = [("out", out0, out1)] + [(f"final state {i}", a, b) for i, (a, b) in enumerate(zip(fin0, fin1))]
+    pairs += [(f"d_{n}", g0[n], g1[n]) for n in g0 if g0[n] is not None]
+    for name, a, b in pairs:
+        err = rel_frobenius(b.float(), a.float())
+        assert err < 1e-6, f"{name} differs from the stride-2 run by {err:.2e}"
+    force_config(monkeypatch, contiguous_halves=True, scan_states=scan)
+    _check(args)
+
+
 @pytest.mark.parametrize("dtype", ["bf16", "fp16"])
 def test_backward_store_a1_fp32_operands_16bit(dtype, monkeypatch):
     """``bwd_store_a1_fp32`` with 16-bit inputs on the fp32-operand path (N < 64): within the bars against float64

@@ -83,8 +83,8 @@ def bwd_dv_kernel(q_ptr, k_ptr, v_ptr, z_ptr, do_ptr, dv_ptr, dz_ptr, dy_ptr, qb
             qre, qro, kke, kko, qk_block = rotated_qk_halves(q_ptr, k_ptr, qb_ptr, kb_ptr, rot_ptr,
                                                              rot_plane, qrow, arow, m, scale,
                                                              nb, h * N, A, C, BN, HAS_BIAS, True)
-            se, so = state_halves(st_ptr, sbase, p, nb, N, BN)  # [BP, BN/2] fp32 each
-            dse, dso = state_halves(dst_ptr, sbase, p, nb, N, BN)
+            se, so = state_halves(st_ptr, sbase, p, nb, N, BN, True)  # [BP, BN/2] fp32 each
+            dse, dso = state_halves(dst_ptr, sbase, p, nb, N, BN, True)
             if KEND:
                 sdot += tl.sum(se * dse + so * dso, 1)
             acc_qk = tl.dot(qre, tl.trans(kke), acc=acc_qk, input_precision=PREC)
@@ -244,7 +244,8 @@ def bwd_dqk_kernel(q_ptr, k_ptr, v_ptr, dy_ptr, dq_ptr, dk_ptr, qb_ptr, kb_ptr, 
                    T, NB_B, sq_t, sv_t, H, HPG, HS, A,
                    N: tl.constexpr, P: tl.constexpr, C: tl.constexpr, BN: tl.constexpr, BP: tl.constexpr,
                    HAS_BIAS: tl.constexpr,
-                   HALVES: tl.constexpr, DOT_DT: tl.constexpr, PREC: tl.constexpr, LOAD_A1: tl.constexpr):
+                   HALVES: tl.constexpr, DOT_DT: tl.constexpr, PREC: tl.constexpr, LOAD_A1: tl.constexpr,
+                   STRIDED: tl.constexpr):
     # LOAD_A1: M∘(dY Vᵀ) comes from bwd_dv (``SisoConfig.bwd_store_a1`` / ``bwd_store_a1_fp32``), not from a C×C×P
     # dot and the decay mask here, once per head and N block (HALVES: and its transpose, from a second dot)
     sq_b, sv_b, s_h, s_b, _ = batch_strides(T, H, sq_t, sv_t, 0)
@@ -303,8 +304,8 @@ def bwd_dqk_kernel(q_ptr, k_ptr, v_ptr, dy_ptr, dq_ptr, dk_ptr, qb_ptr, kb_ptr, 
                 if HALVES:
                     dyvt_t += tl.dot(vd, tl.trans(dyd), input_precision=PREC)
             if HALVES:
-                se, so = state_halves(st_ptr, sbase, p, nb, N, BN)
-                dse, dso = state_halves(dst_ptr, sbase, p, nb, N, BN)
+                se, so = state_halves(st_ptr, sbase, p, nb, N, BN, True)
+                dse, dso = state_halves(dst_ptr, sbase, p, nb, N, BN, True)
                 dq_in_e += tl.dot(dyd, se, input_precision=PREC)
                 dq_in_o += tl.dot(dyd, so, input_precision=PREC)
                 dk_in_e += tl.dot(vd, dse, input_precision=PREC)
@@ -375,5 +376,5 @@ def bwd_dqk_kernel(q_ptr, k_ptr, v_ptr, dy_ptr, dq_ptr, dk_ptr, qb_ptr, kb_ptr, 
         dk_e += gke
         dk_o += gko
     part = hsi * NB_B * T * sq_t  # 0 when HS == 1 (then dq/dk are the outputs themselves)
-    store_pairs(dq_ptr + part, qrow, m, nb * BN, dq_e, dq_o, C, BN, HALVES)
-    store_pairs(dk_ptr + part, qrow, m, nb * BN, dk_e, dk_o, C, BN, HALVES)
+    store_pairs(dq_ptr + part, qrow, m, nb * BN, dq_e, dq_o, C, BN, STRIDED)
+    store_pairs(dk_ptr + part, qrow, m, nb * BN, dk_e, dk_o, C, BN, STRIDED)

@@ -108,6 +108,17 @@ class SisoConfig:
     # sm_90 tiles), forward+backward 44.03 → 34.77 ms at B8 T4096 and 44.25 → 35.00 at B1 T32768 (bwd_dqk 20.6 →
     # 11.0 ms, bwd_dv 9.9 → 10.2), every error against float64 within 3e-8 of the flag off.
     bwd_store_a1_fp32: bool = True
+    # With halves (the fp32-operand path): the forward kernels (chunk states, their scan, output) load q, k and the
+    # states as contiguous tiles split into even / odd halves in registers, and they and bwd_dqk (dq, dk) store pair
+    # tiles re-interleaved, instead of stride-2 loads and stores (the halves then pass through a split before the
+    # forward's dots; bwd_dv and bwd_dqk keep stride-2 loads). Nsight Compute, H100, fp32 B8 T4096 (forty-fourth
+    # session, flag off): chunk_state_kernel (2.86 ms a launch under ncu, three launches per forward+backward) keeps
+    # L2 76 % busy at 11 % DRAM: its stride-2 stores use 4.0 of every 32-byte sector (4.3 GB to L2 for 537 MB of
+    # states), its loads 9.8 of 32; the output kernel's loads use 5.4 of 32. Same results (the same values move).
+    # AOT, flag on: SASS stores of the chunk states 16 STG.E → 4 STG.E.128 per thread (sm_90); every arch compiles;
+    # bwd_dqk spills 976 → 944 B on sm_90, 3-5 % fewer on sm_80/86/89/120, 904 → 1044 on sm_100. Off until timed
+    # and run on a GPU.
+    contiguous_halves: bool = False
 
     def __post_init__(self):
         if self.halves and self.half_dots:
@@ -156,9 +167,10 @@ def choose_config(spec: DeviceSpec, problem: SisoProblem) -> SisoConfig:
     for chunk in order:
         if _SMEM_NEED[chunk] <= spec.smem_optin:
             # 8 warps only for 64-row chunks with bp ≥ 32 and bn = 64 (or 32-wide halves) (three C×bp / C×C
-            # accumulators live at once); fewer rows or narrower tiles: 4 warps already cover them. 64-row × 16-column tiles at 8 warps are
-            # miscompiled by Triton 3.6 on Hopper (MIMO's output and dv kernels fault or return wrong values there,
-            # measured on the H200; the interpreter runs the same tiles exactly), so they are never chosen.
+            # accumulators live at once); fewer rows or narrower tiles: 4 warps already cover them. 64-row ×
+            # 16-column tiles at 8 warps are miscompiled by Triton 3.6 on Hopper (MIMO's output and dv kernels
+            # fault or return wrong values there, measured on the H200; the interpreter runs the same tiles
+            # exactly), so they are never chosen.
             warps_bwd = 8 if chunk == 64 and bp >= 32 and (bn >= 64 or bn >= 32 and halves) else 4
             return SisoConfig(chunk=chunk, bn=bn, bp=bp, warps_chunk=4, warps_bwd=warps_bwd, stages=1,
                               half_dots=half_dots, halves=halves, fp32_prec=fp32_prec)

@@ -67,6 +67,8 @@ class _Ctx:
         # fp32 dot operands: the config's fp32-accurate mode (IEEE FMA or tf32x3 tensor-core dots) unless the
         # caller opted into tf32; 16-bit operands ignore it
         self.prec = "tf32" if precision == "tf32" else self.cfg.fp32_prec
+        # halves move between memory and registers by stride-2 loads and stores (SisoConfig.contiguous_halves)
+        self.strided = self.cfg.halves and not self.cfg.contiguous_halves
         if N % 2 or N < 16 or (N & (N - 1)) or P < 16 or (P & (P - 1)):
             raise ValueError(f"SISO Triton kernels need N and P powers of two ≥ 16, got N={N}, P={P}")
         # tensors are contiguous: batch strides are T × these (derived in the kernels, see fwd.py)
@@ -182,7 +184,7 @@ def _chunk_states(ctx, mode, x, z, k, k_bias, coef, rot, plane, gsum, init, fina
     common = (x, z if z is not None else x, k, k_bias if k_bias is not None else k, coef, coef.stride(0), rot, plane,
               st)
     meta = dict(N=N, P=P, C=cfg.chunk, BN=cfg.bn, BP=cfg.bp, MODE=mode, HAS_Z=z is not None,
-                HAS_BIAS=k_bias is not None, HALVES=cfg.halves, DOT_DT=ctx.dot_dt, PREC=ctx.prec,
+                HAS_BIAS=k_bias is not None, HALVES=cfg.halves, DOT_DT=ctx.dot_dt, PREC=ctx.prec, STRIDED=ctx.strided,
                 num_warps=cfg.warps_chunk, num_stages=cfg.stages)
     assert kend is None or scan and mode == 1 and ctx.dot_dt != tl.float32, "kend: see _bwd_states16"
     if scan:
@@ -222,8 +224,8 @@ class SisoTritonFn(torch.autograd.Function):
             k_bias if k_bias is not None else k, D if D is not None else v, coef, coef.stride(0), rot, plane, st,
             ch.chunk_table, c.T, c.sq_t, c.sv_t, c.H, c.HPG, c.A,
             N=c.N, P=c.P, C=cfg.chunk, BN=cfg.bn, BP=cfg.bp, HAS_Z=z is not None, HAS_D=D is not None,
-            HAS_BIAS=q_bias is not None, HALVES=cfg.halves, DOT_DT=c.dot_dt, PREC=c.prec, num_warps=cfg.warps_chunk,
-            num_stages=cfg.stages)
+            HAS_BIAS=q_bias is not None, HALVES=cfg.halves, DOT_DT=c.dot_dt, PREC=c.prec, STRIDED=c.strided,
+            num_warps=cfg.warps_chunk, num_stages=cfg.stages)
         return out, final_angle.to(torch.float32), final_ssm
 
     @staticmethod
@@ -311,7 +313,7 @@ def _backward(c, tensors, input_states, dout, dfa, dfssm, off=None):
         coef, coef.stride(0), rot, plane, st, dst, dsc, dbq, dbk, R, a1,
         ch.chunk_table, T, B, c.sq_t, c.sv_t, H, c.HPG, hs, A,
         N=N, P=P, C=cfg.chunk, BN=cfg.bn, BP=cfg.bp, HAS_BIAS=has_bias,
-        HALVES=cfg.halves, DOT_DT=c.dot_dt, PREC=c.prec, LOAD_A1=store_a1, num_warps=cfg.warps_bwd,
+        HALVES=cfg.halves, DOT_DT=c.dot_dt, PREC=c.prec, LOAD_A1=store_a1, STRIDED=c.strided, num_warps=cfg.warps_bwd,
         num_stages=cfg.stages)
     del st, dst, rot, dy, a1
     if hs > 1:

@@ -24,12 +24,13 @@ are one kernel, ``chunk_state_scan_kernel``, that walks each sequence's chunks.
 
 Rotation: a C×BN tile of q or k is loaded as even/odd C×BN/2 halves (``load_pairs``) and rotated in fp32. Two
 operand layouts (``SisoConfig.halves``): re-interleaved (``join_pairs``) into one C×BN dot operand (the 16-bit
-path), or the halves as separate dot operands, loaded and stored with stride 2 so that they never pass through a
-reshape (the fp32-operand path, so HALVES implies DOT_DT = fp32: Triton 3.6 rejects re-interleaved/transposed
-FMA-dot operands on Blackwell, and a dot over a block is the sum of the halves' dots). Angles, cumsums, decays and
-states are fp32 throughout; for 16-bit inputs the dot operands are cast to the input dtype (fp32 accumulation),
-fp32 operands run with the config's fp32-accurate ``input_precision`` (tf32x3 by default) unless the caller opted
-into tf32.
+path), or the halves as separate dot operands (the fp32-operand path, so HALVES implies DOT_DT = fp32: Triton 3.6
+rejects re-interleaved/transposed FMA-dot operands on Blackwell, and a dot over a block is the sum of the halves'
+dots), loaded and stored with stride 2 so that they never pass through a reshape, or (STRIDED off,
+``SisoConfig.contiguous_halves``) loaded as contiguous tiles split in registers and stored re-interleaved.
+Angles, cumsums, decays and states are fp32 throughout; for 16-bit inputs the dot operands are cast to the input
+dtype (fp32 accumulation), fp32 operands run with the config's fp32-accurate ``input_precision`` (tf32x3 by
+default) unless the caller opted into tf32.
 """
 from __future__ import annotations
 
@@ -37,7 +38,7 @@ import triton
 import triton.language as tl
 
 from ..common.tiles import (add_bias_pairs, batch_strides, chunk_row, chunk_coefficients, fast_exp, fast_sigmoid,
-                            head_angle_rows, join_pairs, load_pairs, rotation_tile)
+                            head_angle_rows, join_pairs, load_pairs, rotation_tile, split_pairs)
 
 
 @triton.jit
@@ -45,7 +46,7 @@ def local_chunk_state(x_ptr, z_ptr, k_ptr, kb_ptr, coef_ptr, coef_plane, rot_ptr
                       T, sx_t, sk_t, H, HPG, A,
                       N: tl.constexpr, P: tl.constexpr, C: tl.constexpr, BN: tl.constexpr, BP: tl.constexpr,
                       MODE: tl.constexpr, HAS_Z: tl.constexpr, HAS_BIAS: tl.constexpr,
-                      HALVES: tl.constexpr, DOT_DT: tl.constexpr, PREC: tl.constexpr):
+                      HALVES: tl.constexpr, DOT_DT: tl.constexpr, PREC: tl.constexpr, STRIDED: tl.constexpr):
     """Σ_j w_j·x_j k̃_jᵀ over the tokens j of chunk c for head h, state rows p and N block nb (fp32). MODE 0: x = v,
     k̃ = R(θ)(k + b_k), w = e^{cs_L − cs_j}·scale_j (the local state); MODE 1: x = dO ⊙ silu(z), k̃ = q̃, w = e^{cs_j}
     (the backward's local dS). Returns the (even, odd) column halves, [BP, BN/2] each, with HALVES, else the
@@ -70,9 +71,9 @@ def local_chunk_state(x_ptr, z_ptr, k_ptr, kb_ptr, coef_ptr, coef_plane, rot_ptr
     BH: tl.constexpr = BN // 2
     pa = nb * BH + tl.arange(0, BH)
     krow = bidx * sk_b + t * sk_t + g * N
-    ke, ko = load_pairs(k_ptr, krow, m, nb * BN, C, BN, HALVES)
+    ke, ko = load_pairs(k_ptr, krow, m, nb * BN, C, BN, STRIDED)
     if HAS_BIAS:
-        ke, ko = add_bias_pairs(ke, ko, kb_ptr + h * N, nb * BN, BN, HALVES)
+        ke, ko = add_bias_pairs(ke, ko, kb_ptr + h * N, nb * BN, BN, STRIDED)
     si, co = rotation_tile(rot_ptr, rot_plane, head_angle_rows(bidx, t, h, T, H, A), m, pa, A, C, BH)
     kre = ke * co - ko * si
     kro = ke * si + ko * co
@@ -95,23 +96,29 @@ def local_chunk_state(x_ptr, z_ptr, k_ptr, kb_ptr, coef_ptr, coef_plane, rot_ptr
 
 
 @triton.jit
-def store_state_block(st_ptr, base, a, b, p, nb, N: tl.constexpr, BN: tl.constexpr, HALVES: tl.constexpr):
+def store_state_block(st_ptr, base, a, b, p, nb, N: tl.constexpr, BN: tl.constexpr, HALVES: tl.constexpr,
+                      STRIDED: tl.constexpr):
     """Store what :func:`local_chunk_state` returns into the (P, N) state at ``base``: fp32, or rounded to nearest
-    into a 16-bit buffer (``SisoConfig.states16``: the rounding the output kernel's dot applies to an fp32 one)."""
-    if HALVES:
-        sp = state_pair_ptrs(st_ptr, base, p, nb, N, BN)
-        tl.store(sp, a)
-        tl.store(sp + 1, b)
+    into a 16-bit buffer (``SisoConfig.states16``: the rounding the output kernel's dot applies to an fp32 one).
+    HALVES: the halves by two stride-2 stores (STRIDED) or re-interleaved into one [BP, BN] tile."""
+    rows = st_ptr + base + p[:, None] * N
+    if HALVES and STRIDED:
+        ne = nb * BN + 2 * tl.arange(0, BN // 2)
+        tl.store(rows + ne[None, :], a)
+        tl.store(rows + ne[None, :] + 1, b)
     else:
+        if HALVES:
+            a = join_pairs(a, b, a.shape[0], BN)
         n = nb * BN + tl.arange(0, BN)
-        tl.store(st_ptr + base + p[:, None] * N + n[None, :], a.to(st_ptr.dtype.element_ty))
+        tl.store(rows + n[None, :], a.to(st_ptr.dtype.element_ty))
 
 
 @triton.jit
-def load_state_block(st_ptr, base, p, nb, N: tl.constexpr, BN: tl.constexpr, HALVES: tl.constexpr):
+def load_state_block(st_ptr, base, p, nb, N: tl.constexpr, BN: tl.constexpr, HALVES: tl.constexpr,
+                     STRIDED: tl.constexpr):
     """The inverse of :func:`store_state_block`."""
     if HALVES:
-        return state_halves(st_ptr, base, p, nb, N, BN)
+        return state_halves(st_ptr, base, p, nb, N, BN, STRIDED)
     else:
         n = nb * BN + tl.arange(0, BN)
         x = tl.load(st_ptr + base + p[:, None] * N + n[None, :])
@@ -134,14 +141,14 @@ def chunk_state_kernel(x_ptr, z_ptr, k_ptr, kb_ptr, coef_ptr, coef_plane, rot_pt
                        table_ptr, T, sx_t, sk_t, H, HPG, A,
                        N: tl.constexpr, P: tl.constexpr, C: tl.constexpr, BN: tl.constexpr, BP: tl.constexpr,
                        MODE: tl.constexpr, HAS_Z: tl.constexpr, HAS_BIAS: tl.constexpr,
-                       HALVES: tl.constexpr, DOT_DT: tl.constexpr, PREC: tl.constexpr):
+                       HALVES: tl.constexpr, DOT_DT: tl.constexpr, PREC: tl.constexpr, STRIDED: tl.constexpr):
     """The local state (MODE 0) or local dS (MODE 1) of every chunk, :func:`local_chunk_state`, into st_ptr (grid:
     chunks × H × blocks)."""
     c, h, nb, p = state_block_program(H, N, P, BN, BP)
     a, b = local_chunk_state(x_ptr, z_ptr, k_ptr, kb_ptr, coef_ptr, coef_plane, rot_ptr, rot_plane, table_ptr, c, h,
                              nb, p, T, sx_t, sk_t, H, HPG, A, N, P, C, BN, BP, MODE, HAS_Z, HAS_BIAS, HALVES, DOT_DT,
-                             PREC)
-    store_state_block(st_ptr, (c * H + h) * P * N, a, b, p, nb, N, BN, HALVES)
+                             PREC, STRIDED)
+    store_state_block(st_ptr, (c * H + h) * P * N, a, b, p, nb, N, BN, HALVES, STRIDED)
 
 
 @triton.jit(do_not_specialize=["T", "rot_plane", "coef_plane", "max_chunks", "kend_stride"])
@@ -151,7 +158,7 @@ def chunk_state_scan_kernel(x_ptr, z_ptr, k_ptr, kb_ptr, coef_ptr, coef_plane, r
                             N: tl.constexpr, P: tl.constexpr, C: tl.constexpr, BN: tl.constexpr, BP: tl.constexpr,
                             MODE: tl.constexpr, HAS_Z: tl.constexpr, HAS_BIAS: tl.constexpr,
                             HALVES: tl.constexpr, DOT_DT: tl.constexpr, PREC: tl.constexpr,
-                            HAS_INIT: tl.constexpr, REVERSE: tl.constexpr, KEND: tl.constexpr):
+                            HAS_INIT: tl.constexpr, REVERSE: tl.constexpr, KEND: tl.constexpr, STRIDED: tl.constexpr):
     """``chunk_state_kernel`` and ``common.state_passing`` in one pass (``function._scan_states``): a program per
     (sequence, head, N block, P block) walks the sequence's chunks in order (REVERSE: from the last), stores the
     running state S entering the chunk (REVERSE: the dS leaving it) into st_ptr, then S ← e^{g_c}·S + the chunk's
@@ -171,7 +178,7 @@ def chunk_state_scan_kernel(x_ptr, z_ptr, k_ptr, kb_ptr, coef_ptr, coef_plane, r
     first = tl.load(seq_table_ptr + s * 2).to(tl.int64)
     n = tl.load(seq_table_ptr + s * 2 + 1)
     if HAS_INIT:
-        xa, xb = load_state_block(init_ptr, (s * H + h) * P * N, p, nb, N, BN, HALVES)
+        xa, xb = load_state_block(init_ptr, (s * H + h) * P * N, p, nb, N, BN, HALVES, STRIDED)
     elif HALVES:
         xa = tl.zeros((BP, BN // 2), dtype=tl.float32)
         xb = tl.zeros((BP, BN // 2), dtype=tl.float32)
@@ -188,20 +195,20 @@ def chunk_state_scan_kernel(x_ptr, z_ptr, k_ptr, kb_ptr, coef_ptr, coef_plane, r
                 c = first + jj
             la, lb = local_chunk_state(x_ptr, z_ptr, k_ptr, kb_ptr, coef_ptr, coef_plane, rot_ptr, rot_plane,
                                        table_ptr, c, h, nb, p, T, sx_t, sk_t, H, HPG, A, N, P, C, BN, BP, MODE, HAS_Z,
-                                       HAS_BIAS, HALVES, DOT_DT, PREC)
+                                       HAS_BIAS, HALVES, DOT_DT, PREC, STRIDED)
             decay = fast_exp(tl.load(g_ptr + c * H + h))
             if KEND:
-                sa, _ = load_state_block(fwd_ptr, (c * H + h) * P * N, p, nb, N, BN, False)
+                sa, _ = load_state_block(fwd_ptr, (c * H + h) * P * N, p, nb, N, BN, False, False)
                 block = tl.program_id(0) % ((N // BN) * (P // BP))
                 tl.store(kend_ptr + block * kend_stride + c * H + h, decay * tl.sum(tl.sum(sa * xa, 1), 0))
-                store_state_block(fwd16_ptr, (c * H + h) * P * N, sa, sa, p, nb, N, BN, False)
-            store_state_block(st_ptr, (c * H + h) * P * N, xa, xb, p, nb, N, BN, HALVES)
+                store_state_block(fwd16_ptr, (c * H + h) * P * N, sa, sa, p, nb, N, BN, False, False)
+            store_state_block(st_ptr, (c * H + h) * P * N, xa, xb, p, nb, N, BN, HALVES, STRIDED)
             xa = decay * xa + la
             if HALVES:
                 xb = decay * xb + lb
             else:
                 xb = xa
-    store_state_block(final_ptr, (s * H + h) * P * N, xa, xb, p, nb, N, BN, HALVES)
+    store_state_block(final_ptr, (s * H + h) * P * N, xa, xb, p, nb, N, BN, HALVES, STRIDED)
 
 
 @triton.jit
@@ -253,17 +260,16 @@ def rotated_qk_block(q_ptr, k_ptr, qb_ptr, kb_ptr, rot_ptr, rot_plane, qrow, aro
 
 
 @triton.jit
-def state_pair_ptrs(st_ptr, base, p, nb, N: tl.constexpr, BN: tl.constexpr):
-    """Pointers to the even state columns of N block ``nb`` for rows ``p`` ([BP, BN/2]; the odd ones are +1)."""
-    ne = nb * BN + 2 * tl.arange(0, BN // 2)
-    return st_ptr + base + p[:, None] * N + ne[None, :]
-
-
-@triton.jit
-def state_halves(st_ptr, base, p, nb, N: tl.constexpr, BN: tl.constexpr):
-    """The (even, odd) state columns of N block ``nb`` for rows ``p``: two [BP, BN/2] fp32 tiles."""
-    sp = state_pair_ptrs(st_ptr, base, p, nb, N, BN)
-    return tl.load(sp), tl.load(sp + 1)
+def state_halves(st_ptr, base, p, nb, N: tl.constexpr, BN: tl.constexpr, STRIDED: tl.constexpr):
+    """The (even, odd) state columns of N block ``nb`` for rows ``p``: two [BP, BN/2] fp32 tiles, from two stride-2
+    loads (STRIDED) or one contiguous (vectorised) load split in registers."""
+    rows = st_ptr + base + p[:, None] * N
+    if STRIDED:
+        ne = nb * BN + 2 * tl.arange(0, BN // 2)
+        return tl.load(rows + ne[None, :]), tl.load(rows + ne[None, :] + 1)
+    else:
+        n = nb * BN + tl.arange(0, BN)
+        return split_pairs(tl.load(rows + n[None, :]), p.shape[0], BN // 2)
 
 
 @triton.jit(do_not_specialize=["T", "rot_plane", "coef_plane"])
@@ -271,7 +277,7 @@ def output_kernel(q_ptr, k_ptr, v_ptr, z_ptr, o_ptr, qb_ptr, kb_ptr, d_ptr, coef
                   rot_plane, st_ptr, table_ptr, T, sq_t, sv_t, H, HPG, A,
                   N: tl.constexpr, P: tl.constexpr, C: tl.constexpr, BN: tl.constexpr, BP: tl.constexpr,
                   HAS_Z: tl.constexpr, HAS_D: tl.constexpr, HAS_BIAS: tl.constexpr,
-                  HALVES: tl.constexpr, DOT_DT: tl.constexpr, PREC: tl.constexpr):
+                  HALVES: tl.constexpr, DOT_DT: tl.constexpr, PREC: tl.constexpr, STRIDED: tl.constexpr):
     sq_b, sv_b, s_h, s_b, _ = batch_strides(T, H, sq_t, sv_t, 0)
     pid = tl.program_id(0).to(tl.int64)  # 1-D grid: chunk, head, P block (fastest)
     pb = pid % (P // BP)
@@ -293,7 +299,7 @@ def output_kernel(q_ptr, k_ptr, v_ptr, z_ptr, o_ptr, qb_ptr, kb_ptr, d_ptr, coef
         if HALVES:
             qre, qro, kke, kko, qk_block = rotated_qk_halves(q_ptr, k_ptr, qb_ptr, kb_ptr, rot_ptr,
                                                              rot_plane, qrow, arow, m, scale,
-                                                             nb, h * N, A, C, BN, HAS_BIAS, True)
+                                                             nb, h * N, A, C, BN, HAS_BIAS, STRIDED)
             acc_qk = tl.dot(qre, tl.trans(kke), acc=acc_qk, input_precision=PREC)
             acc_qk = tl.dot(qro, tl.trans(kko), acc=acc_qk, input_precision=PREC)
         else:
@@ -311,8 +317,8 @@ def output_kernel(q_ptr, k_ptr, v_ptr, z_ptr, o_ptr, qb_ptr, kb_ptr, d_ptr, coef
     for nb in range(N // BN):
         if HALVES:
             qse, qso = rotated_q_halves(q_ptr, qb_ptr, rot_ptr, rot_plane, qrow, arow, m, nb,
-                                        h * N, A, C, BN, HAS_BIAS, True)
-            se, so = state_halves(st_ptr, (c * H + h) * P * N, p, nb, N, BN)
+                                        h * N, A, C, BN, HAS_BIAS, STRIDED)
+            se, so = state_halves(st_ptr, (c * H + h) * P * N, p, nb, N, BN, STRIDED)
             y = tl.dot(qse * ecs[:, None], tl.trans(se), acc=y, input_precision=PREC)
             y = tl.dot(qso * ecs[:, None], tl.trans(so), acc=y, input_precision=PREC)
         else:
