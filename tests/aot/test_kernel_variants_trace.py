@@ -1,5 +1,4 @@
-"""Every MIMO kernel of every opt-in configuration variant, and the SISO kernels of its opt-in variants, pass
-Triton's front end (Python → Triton IR).
+"""Every MIMO kernel of every opt-in configuration variant passes Triton's front end (Python → Triton IR).
 
 The interpreter lane runs the kernels' Python, where a type error of the compiled language goes unnoticed
 (returns of two dtypes from one ``@triton.jit`` function, say), and the shared-memory lane compiles only the
@@ -61,39 +60,4 @@ def test_every_variant_traces(p, cfg):
                     else:
                         _traced.add(key)
     assert not failures, f"{len(failures)} kernel(s) of {cfg.name} fail Triton's front end:\n" + "\n\n".join(
-        failures)
-
-
-# SISO opt-in variants the GPU tests switch on: (name, config changes), each on the fp32-operand path at N = 128
-# (fp32 inputs; P = the architecture's fp32 P block, one block) and for 16-bit inputs with N = 32, chunked and with
-# the state scan forced
-SISO_VARIANTS = [("contiguous_halves", dict(contiguous_halves=True))]
-
-
-@pytest.mark.parametrize("name,changes", SISO_VARIANTS, ids=[v[0] for v in SISO_VARIANTS])
-def test_every_siso_variant_traces(name, changes):
-    from mamba3.dispatch import arch_spec
-    from mamba3.ops.siso import function as F
-    from mamba3.ops.siso.configs import SisoProblem
-    from mamba3.ops.siso.launches import _record
-    from mamba3.testing.aot import KernelLaunch
-
-    failures, seen = [], set()
-    for arch in ARCHS:
-        spec = arch_spec(arch)
-        bp = F.choose_config(spec, SisoProblem("fp32", 128, 128)).bp
-        for dtype, dstate, headdim in ((torch.float32, 128, bp), (torch.bfloat16, 32, 32)):
-            for scan in (False, True):
-                for kernel, _, args, meta in _record(spec, dtype, None, dstate, dict(changes, scan_states=scan),
-                                                     headdim):
-                    launch = KernelLaunch(name=kernel.fn.__name__, kernel=kernel, args=tuple(args), meta=dict(meta))
-                    key = _key(arch, launch)
-                    if key in seen:
-                        continue
-                    seen.add(key)
-                    try:
-                        trace_launch(launch, arch)
-                    except Exception as e:
-                        failures.append(f"sm_{arch} {launch.name}: {type(e).__name__}: {e}")
-    assert not failures, f"{len(failures)} SISO kernel(s) with {name} fail Triton's front end:\n" + "\n\n".join(
         failures)

@@ -19,7 +19,9 @@ bf16 forward's scan and output kernel then take a 16-bit state buffer, the backw
 the reverse scan forms its ⟨dSe, S⟩ partials and 16-bit copies of S and dS for the per-chunk gradient kernels.
 ``SisoConfig.bwd_store_a1`` and ``bwd_store_a1_fp32`` (the defaults: bwd_dv hands M∘(dY Vᵀ) to bwd_dqk) act with one
 P block only, so bf16 at N = 128, P = 64 is a class of its own (the dispatcher's choice there), and so is fp32 at
-P = the fp32 path's bp on the architecture (64 on sm_90, 32 elsewhere).
+P = the fp32 path's bp on the architecture (64 on sm_90, 32 elsewhere). The opt-in ``SisoConfig.contiguous_halves``
+is compiled on that fp32 class, chunk-parallel and on the scan, and for bf16 at N = 32 (names end in
+``-contiguous``).
 """
 from __future__ import annotations
 
@@ -41,14 +43,20 @@ def _problem_classes(spec, default_only: bool = False):
     choices (the changes force the scan on the dispatcher's tiles, N = P = 128: an architecture's spec has no SM
     count, so the launcher's own rule, ``function._scan_states``, records the chunked path). One P block (P = bp):
     the backward's hand-over of M∘(dY Vᵀ) (``bwd_store_a1``, ``bwd_store_a1_fp32``)."""
+    fp32_bp = F.choose_config(spec, SisoProblem("fp32", 128, 128)).bp
     yield torch.bfloat16, None, 128, {}
     yield torch.float32, None, 128, {}
     yield torch.bfloat16, None, 128, {}, 64
-    yield torch.float32, None, 128, {}, F.choose_config(spec, SisoProblem("fp32", 128, 128)).bp
+    yield torch.float32, None, 128, {}, fp32_bp
     if not default_only:
         yield torch.float32, 64, 128, {}
         yield torch.bfloat16, None, 128, _SCAN
         yield torch.float32, None, 128, _SCAN
+        # the opt-in SisoConfig.contiguous_halves (the fp32-operand path's pair tiles by contiguous loads and
+        # re-interleaved stores): fp32 chunk-parallel and on the scan, 16-bit inputs on fp32 operands
+        yield torch.float32, None, 128, dict(contiguous_halves=True), fp32_bp
+        yield torch.float32, None, 128, dict(_SCAN, contiguous_halves=True), fp32_bp
+        yield torch.bfloat16, None, 32, dict(contiguous_halves=True)
     yield torch.float32, None, 16, {}
     yield torch.bfloat16, None, 32, {}
 
@@ -102,5 +110,7 @@ def aot_launches(arch: int, *, default_only: bool = False) -> list[KernelLaunch]
             short = {k: v for k, v in meta.items() if k in ("C", "BN", "BP", "MODE", "num_warps", "num_stages", "BLOCK")}
             tag = "-".join(f"{k}{v}" for k, v in short.items())
             name = f"{kernel.fn.__name__}-{str(problem[0]).replace('torch.', '')}-{tag}"
+            if meta.get("HALVES") and meta.get("STRIDED") is False:
+                name += "-contiguous"
             out.append(KernelLaunch(name=name, kernel=kernel, args=tuple(args), meta=dict(meta)))
     return out
