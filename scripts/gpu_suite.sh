@@ -85,9 +85,9 @@ fi
 if has sweeps; then  # defaults: the MIMO scan forward (MimoConfig.scan_variant, forced) against its operands
   # broadcast (-scan-bcast), with 16-bit dq / dk dots (-scan-dqk16) and the chunked forward (-st2); SISO: the default
   # tiles at B8 (the README's row), and fp32 on sm_90's and the other architectures' tiles with and without
-  # SisoConfig.contiguous_halves (the open question of the forty-fourth session)
+  # the prepared SisoConfig.contiguous_bwd_loads (the open question of the forty-fifth session)
   SWEEP_MIMO=${SWEEP_MIMO-scan/,scan-bcast/,scan-dqk16/,st2/}
-  SISO_FP32=fp32-x3-c64-b32p64-w4/8,fp32-x3-c64-b32p64-w4/8-contig,fp32-x3-c32-b32-w4/8,fp32-x3-c32-b32-w4/8-contig
+  SISO_FP32=fp32-x3-c64-b32p64-w4/8,fp32-x3-c64-b32p64-w4/8-bwdloads,fp32-x3-c32-b32-w4/8,fp32-x3-c32-b32-w4/8-bwdloads
   SWEEP_SISO=${SWEEP_SISO-bf16-joined-c64-w4/8,$SISO_FP32}
   if [ -n "$SWEEP_MIMO" ]; then
     timeout 400 python3 benchmarks/bench_mimo.py --shapes none --sweep --only="$SWEEP_MIMO" --out "$OUT/mimo_sweep.json" \

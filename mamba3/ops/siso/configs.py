@@ -109,16 +109,21 @@ class SisoConfig:
     # 11.0 ms, bwd_dv 9.9 → 10.2), every error against float64 within 3e-8 of the flag off.
     bwd_store_a1_fp32: bool = True
     # With halves (the fp32-operand path): the forward kernels (chunk states, their scan, output) load q, k and the
-    # states as contiguous tiles split into even / odd halves in registers, and they and bwd_dqk (dq, dk) store pair
-    # tiles re-interleaved, instead of stride-2 loads and stores (the halves then pass through a split before the
-    # forward's dots; bwd_dv and bwd_dqk keep stride-2 loads). Nsight Compute, H100, fp32 B8 T4096 (forty-fourth
-    # session, flag off): chunk_state_kernel (2.86 ms a launch under ncu, three launches per forward+backward) keeps
-    # L2 76 % busy at 11 % DRAM: its stride-2 stores use 4.0 of every 32-byte sector (4.3 GB to L2 for 537 MB of
-    # states), its loads 9.8 of 32; the output kernel's loads use 5.4 of 32. Same results (the same values move).
-    # AOT, flag on: SASS stores of the chunk states 16 STG.E → 4 STG.E.128 per thread (sm_90); every arch compiles;
-    # bwd_dqk spills 976 → 944 B on sm_90, 3-5 % fewer on sm_80/86/89/120, 904 → 1044 on sm_100. Off until timed
-    # and run on a GPU.
-    contiguous_halves: bool = False
+    # states as contiguous tiles split into even / odd halves in registers, and pair tiles (chunk and final states,
+    # bwd_dqk's dq, dk) are stored re-interleaved; False: two stride-2 loads or stores per tile, which fill a quarter
+    # of each 32-byte sector (the backward's loads: contiguous_bwd_loads). Nsight Compute, H100, fp32
+    # B8 T4096 (forty-fourth session, stride-2): chunk_state_kernel kept L2 76 % busy at 11 % DRAM (4.3 GB written to
+    # L2 for 537 MB of states), its loads used 9.8 of 32 bytes per sector, the output kernel's 5.4. Same values move:
+    # results within fp32 rounding of stride-2 (the compiler may contract the rotations differently). H200, B8 T4096
+    # (forty-fifth session, sweep_siso.py, sm_90 tiles, the backward's loads still stride-2): forward 7.000 → 3.363
+    # ms (chunk_state_kernel 7.11 → 2.33 ms over its three launches, output_kernel 4.14 → 2.16), forward+backward
+    # 33.81 → 27.10.
+    contiguous_halves: bool = True
+    # With contiguous_halves: bwd_dv and bwd_dqk load q, k and the states contiguously too (else stride-2, as they
+    # did when contiguous_halves was timed). Prepared, not yet run on a GPU: interpreter bit-identical, every CI arch
+    # compiles; AOT, fp32, N = 128, spill stores per thread: sm_90 (P = 64) bwd_dv 1232 → 1268 B, bwd_dqk 944 → 992;
+    # sm_100 (P = 32) bwd_dv 852 → 876, bwd_dqk 1044 → 1008.
+    contiguous_bwd_loads: bool = False
 
     def __post_init__(self):
         if self.halves and self.half_dots:
@@ -149,8 +154,9 @@ def choose_config(spec: DeviceSpec, problem: SisoProblem) -> SisoConfig:
     else:
         # fp32 dot operands on tensor cores with tf32x3 (three tf32 products: fp32-accurate). IEEE (FMA) dots were
         # slower and, with 32- or 64-wide reductions, made ptxas spill 8-47 KB per thread. The rotation pairs' even
-        # and odd halves are separate dot operands (loaded with stride 2, never re-interleaved) where they are
-        # ≥ 16 wide (tl.dot's K ≥ 16): bn = 32; N = 16 has 8-wide halves and takes one interleaved 16-wide block.
+        # and odd halves are separate dot operands (never re-interleaved for a dot; see contiguous_halves for how
+        # they move) where they are ≥ 16 wide (tl.dot's K ≥ 16): bn = 32; N = 16 has 8-wide halves and takes one
+        # interleaved 16-wide block.
         # Chunk 64 with 64-wide P blocks only on sm_90 (wgmma): elsewhere tf32x3 at chunk 64 sends ptxas into the
         # spill-everything mode (AOT: 28-35 KB per thread in bwd_dv/bwd_dqk on sm_80/89/120), chunk 32 with
         # 32-wide blocks compiles with ≈1 KB. H200, B8 T4096 fp32: chunk 64 7.4 / 49.0 ms, chunk 32 15.5 / 60.4 ms

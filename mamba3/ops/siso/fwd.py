@@ -26,8 +26,8 @@ Rotation: a C×BN tile of q or k is loaded as even/odd C×BN/2 halves (``load_pa
 operand layouts (``SisoConfig.halves``): re-interleaved (``join_pairs``) into one C×BN dot operand (the 16-bit
 path), or the halves as separate dot operands (the fp32-operand path, so HALVES implies DOT_DT = fp32: Triton 3.6
 rejects re-interleaved/transposed FMA-dot operands on Blackwell, and a dot over a block is the sum of the halves'
-dots), loaded and stored with stride 2 so that they never pass through a reshape, or (STRIDED off,
-``SisoConfig.contiguous_halves``) loaded as contiguous tiles split in registers and stored re-interleaved.
+dots), loaded as contiguous tiles split in registers and stored re-interleaved (``SisoConfig.contiguous_halves``,
+the default) or, with STRIDED, by stride-2 loads and stores (a quarter of each 32-byte sector per access).
 Angles, cumsums, decays and states are fp32 throughout; for 16-bit inputs the dot operands are cast to the input
 dtype (fp32 accumulation), fp32 operands run with the config's fp32-accurate ``input_precision`` (tf32x3 by
 default) unless the caller opted into tf32.

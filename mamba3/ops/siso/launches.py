@@ -19,9 +19,9 @@ bf16 forward's scan and output kernel then take a 16-bit state buffer, the backw
 the reverse scan forms its ⟨dSe, S⟩ partials and 16-bit copies of S and dS for the per-chunk gradient kernels.
 ``SisoConfig.bwd_store_a1`` and ``bwd_store_a1_fp32`` (the defaults: bwd_dv hands M∘(dY Vᵀ) to bwd_dqk) act with one
 P block only, so bf16 at N = 128, P = 64 is a class of its own (the dispatcher's choice there), and so is fp32 at
-P = the fp32 path's bp on the architecture (64 on sm_90, 32 elsewhere). The opt-in ``SisoConfig.contiguous_halves``
-is compiled on that fp32 class, chunk-parallel and on the scan, and for bf16 at N = 32 (names end in
-``-contiguous``).
+P = the fp32 path's bp on the architecture (64 on sm_90, 32 elsewhere). The stride-2 pair tiles of
+``SisoConfig.contiguous_halves=False`` are compiled on that fp32 class, chunk-parallel and on the scan, and for bf16
+at N = 32 (names end in ``-strided``), and the prepared ``contiguous_bwd_loads`` on those two (``-bwdloads``).
 """
 from __future__ import annotations
 
@@ -52,11 +52,14 @@ def _problem_classes(spec, default_only: bool = False):
         yield torch.float32, 64, 128, {}
         yield torch.bfloat16, None, 128, _SCAN
         yield torch.float32, None, 128, _SCAN
-        # the opt-in SisoConfig.contiguous_halves (the fp32-operand path's pair tiles by contiguous loads and
-        # re-interleaved stores): fp32 chunk-parallel and on the scan, 16-bit inputs on fp32 operands
-        yield torch.float32, None, 128, dict(contiguous_halves=True), fp32_bp
-        yield torch.float32, None, 128, dict(_SCAN, contiguous_halves=True), fp32_bp
-        yield torch.bfloat16, None, 32, dict(contiguous_halves=True)
+        # SisoConfig.contiguous_halves off (the fp32-operand path's pair tiles by stride-2 loads and stores): fp32
+        # chunk-parallel and on the scan, 16-bit inputs on fp32 operands
+        yield torch.float32, None, 128, dict(contiguous_halves=False), fp32_bp
+        yield torch.float32, None, 128, dict(_SCAN, contiguous_halves=False), fp32_bp
+        yield torch.bfloat16, None, 32, dict(contiguous_halves=False)
+        # the prepared SisoConfig.contiguous_bwd_loads (bwd_dv's and bwd_dqk's loads of them contiguous too)
+        yield torch.float32, None, 128, dict(contiguous_bwd_loads=True), fp32_bp
+        yield torch.bfloat16, None, 32, dict(contiguous_bwd_loads=True)
     yield torch.float32, None, 16, {}
     yield torch.bfloat16, None, 32, {}
 
@@ -110,7 +113,9 @@ def aot_launches(arch: int, *, default_only: bool = False) -> list[KernelLaunch]
             short = {k: v for k, v in meta.items() if k in ("C", "BN", "BP", "MODE", "num_warps", "num_stages", "BLOCK")}
             tag = "-".join(f"{k}{v}" for k, v in short.items())
             name = f"{kernel.fn.__name__}-{str(problem[0]).replace('torch.', '')}-{tag}"
-            if meta.get("HALVES") and meta.get("STRIDED") is False:
-                name += "-contiguous"
+            if meta.get("STRIDED"):
+                name += "-strided"
+            if meta.get("HALVES") and meta.get("STRIDED_LOADS") is False:
+                name += "-bwdloads"
             out.append(KernelLaunch(name=name, kernel=kernel, args=tuple(args), meta=dict(meta)))
     return out
