@@ -50,8 +50,8 @@ def bwd_dv_kernel(q_ptr, k_ptr, v_ptr, z_ptr, do_ptr, dv_ptr, dz_ptr, dy_ptr, qb
                   N: tl.constexpr, P: tl.constexpr, C: tl.constexpr, BN: tl.constexpr, BP: tl.constexpr,
                   HAS_Z: tl.constexpr, HAS_D: tl.constexpr, HAS_BIAS: tl.constexpr,
                   HALVES: tl.constexpr, DOT_DT: tl.constexpr, PREC: tl.constexpr, KEND: tl.constexpr,
-                  STORE_A1: tl.constexpr, STRIDED: tl.constexpr):
-    # STRIDED: HALVES's pair tiles are loaded by stride-2 accesses (``SisoConfig.contiguous_bwd_loads`` off)
+                  STORE_A1: tl.constexpr, STRIDED_LOADS: tl.constexpr):
+    # STRIDED_LOADS: HALVES's pair tiles are loaded by stride-2 accesses (``SisoConfig.contiguous_bwd_loads`` off)
     # KEND: this kernel forms e^{cs_L}⟨dSe, S⟩ from fp32 states; without it the reverse state scan did
     # (``SisoConfig.bwd_states16``) and st / dst are 16-bit copies (the dots round them to DOT_DT anyway).
     # STORE_A1 (``SisoConfig.bwd_store_a1`` on 16-bit dots, ``bwd_store_a1_fp32`` on fp32 ones; one P block):
@@ -83,9 +83,9 @@ def bwd_dv_kernel(q_ptr, k_ptr, v_ptr, z_ptr, do_ptr, dv_ptr, dz_ptr, dy_ptr, qb
         if HALVES:
             qre, qro, kke, kko, qk_block = rotated_qk_halves(q_ptr, k_ptr, qb_ptr, kb_ptr, rot_ptr,
                                                              rot_plane, qrow, arow, m, scale,
-                                                             nb, h * N, A, C, BN, HAS_BIAS, STRIDED)
-            se, so = state_halves(st_ptr, sbase, p, nb, N, BN, STRIDED)  # [BP, BN/2] fp32 each
-            dse, dso = state_halves(dst_ptr, sbase, p, nb, N, BN, STRIDED)
+                                                             nb, h * N, A, C, BN, HAS_BIAS, STRIDED_LOADS)
+            se, so = state_halves(st_ptr, sbase, p, nb, N, BN, STRIDED_LOADS)  # [BP, BN/2] fp32 each
+            dse, dso = state_halves(dst_ptr, sbase, p, nb, N, BN, STRIDED_LOADS)
             if KEND:
                 sdot += tl.sum(se * dse + so * dso, 1)
             acc_qk = tl.dot(qre, tl.trans(kke), acc=acc_qk, input_precision=PREC)
@@ -290,7 +290,7 @@ def bwd_dqk_kernel(q_ptr, k_ptr, v_ptr, dy_ptr, dq_ptr, dk_ptr, qb_ptr, kb_ptr, 
         dk_in = tl.zeros([C, BN], dtype=tl.float32)
         # HALVES (fp32 operands): even/odd halves as separate dot operands, never re-interleaved into one and no
         # transposed register operands: Triton 3.6's FMA dots on Blackwell reject both ("Illegal shared layout").
-        # (Splitting a contiguously loaded tile before the rotation, STRIDED off, compiles on every arch.)
+        # (Splitting a contiguously loaded tile before the rotation, STRIDED_LOADS off, compiles on every arch.)
         dq_in_e = tl.zeros([C, BH], dtype=tl.float32)
         dq_in_o = tl.zeros([C, BH], dtype=tl.float32)
         dk_in_e = tl.zeros([C, BH], dtype=tl.float32)

@@ -293,7 +293,7 @@ def _backward(c, tensors, input_states, dout, dfa, dfssm, off=None):
         ch.chunk_table, T, B, ddp.stride(0), c.sq_t, c.sv_t, H, c.HPG, A,
         N=N, P=P, C=cfg.chunk, BN=cfg.bn, BP=cfg.bp, HAS_Z=z is not None, HAS_D=D is not None,
         HAS_BIAS=q_bias is not None, HALVES=cfg.halves, DOT_DT=c.dot_dt, PREC=c.prec, KEND=not bwd16,
-        STORE_A1=store_a1, STRIDED=c.strided_bwd_loads, num_warps=cfg.warps_bwd, num_stages=cfg.stages)
+        STORE_A1=store_a1, STRIDED_LOADS=c.strided_bwd_loads, num_warps=cfg.warps_bwd, num_stages=cfg.stages)
     dadt = torch.empty(B, H, T, device=dev, dtype=torch.float32)  # every token is written
     launch(decay_grad_kernel, (ch.nchunks * H,), gcs, bterm, kend, dadt, ch.chunk_table, T, B, kend.stride(0), H,
            NPB=npb, NKE=kend.shape[0], C=cfg.chunk, num_warps=1)
