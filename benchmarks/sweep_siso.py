@@ -67,17 +67,13 @@ CANDIDATES = {
     "fp32-x3-c64-b32p64-w4/8-no-a1": ("fp32", SisoConfig(64, 32, 64, 4, 8, 1, half_dots=False, halves=True,
                                                          fp32_prec="tf32x3", bwd_store_a1_fp32=False)),
     # the pair tiles by two stride-2 loads and stores (SisoConfig.contiguous_halves off; the default before the
-    # forty-fifth session), on sm_90's tiles and the others'. H200, B8 T4096 (forty-fifth session, the backward kernels
-    # still strided in both): forward 7.000 → 3.363 ms, forward+backward 33.81 → 27.10 with the flag on
+    # forty-fifth session), on sm_90's tiles and the others'. B8 T4096, forward+backward with the flag on: H200 (the
+    # backward kernels still strided) 33.81 → 27.10 ms; H100 (forty-sixth session, the backward's loads contiguous
+    # too, against the backward strided) 27.85 → 23.73, c32 tiles 57.25 → 41.62
     "fp32-x3-c64-b32p64-w4/8-strided": ("fp32", SisoConfig(64, 32, 64, 4, 8, 1, half_dots=False, halves=True,
                                                            fp32_prec="tf32x3", contiguous_halves=False)),
     "fp32-x3-c32-b32-w4/8-strided": ("fp32", SisoConfig(32, 32, 32, 4, 8, 1, half_dots=False, halves=True,
                                                         fp32_prec="tf32x3", contiguous_halves=False)),
-    # bwd_dv's and bwd_dqk's loads of the pair tiles contiguous too (SisoConfig.contiguous_bwd_loads, prepared)
-    "fp32-x3-c64-b32p64-w4/8-bwdloads": ("fp32", SisoConfig(64, 32, 64, 4, 8, 1, half_dots=False, halves=True,
-                                                            fp32_prec="tf32x3", contiguous_bwd_loads=True)),
-    "fp32-x3-c32-b32-w4/8-bwdloads": ("fp32", SisoConfig(32, 32, 32, 4, 8, 1, half_dots=False, halves=True,
-                                                         fp32_prec="tf32x3", contiguous_bwd_loads=True)),
     "fp32-x3-c32-b32-w4/4": ("fp32", SisoConfig(32, 32, 32, 4, 4, 1, half_dots=False, halves=True,
                                                 fp32_prec="tf32x3")),
     "fp32-ieee-c32-b32-w4/8": ("fp32", SisoConfig(32, 32, 32, 4, 8, 1, half_dots=False, halves=True)),

@@ -143,22 +143,21 @@ def test_backward_store_a1_fp32(feature, monkeypatch):
                        "bwd_store_a1_fp32", monkeypatch, reordered="all", scan=False)
 
 
-@pytest.mark.parametrize("flag", ["contiguous_halves", "contiguous_bwd_loads"])
 @pytest.mark.parametrize("scan", [False, True], ids=["chunked", "scan"])
 @pytest.mark.parametrize("case", ["fp32-base", "fp32-gqa-H4-G1", "fp32-states", "fp32-varlen-states", "fp32-T-odd",
                                   "fp32-no-D-no-Z", "bf16-N32-states"])
-def test_contiguous_halves(case, scan, flag, monkeypatch):
+def test_contiguous_halves(case, scan, monkeypatch):
     """``SisoConfig.contiguous_halves`` (the fp32-operand path's pair tiles by contiguous loads split in registers and
-    re-interleaved stores, not stride-2 ones) and ``contiguous_bwd_loads`` (the backward's loads of them too) on the
-    dispatcher's tiles, chunk-parallel and with the state scan forced (its input-state load and final-state store):
-    every result within 1e-6 of the flag off (the same values move; only the compiler's contraction of the rotations
-    may differ), and within the bars against float64."""
+    re-interleaved stores, not stride-2 ones, in the forward and backward kernels) on the dispatcher's tiles,
+    chunk-parallel and with the state scan forced (its input-state load and final-state store): every result within
+    1e-6 of the flag off (the same values move; only the compiler's contraction of the rotations may differ), and
+    within the bars against float64."""
     dtype, feature = case.split("-", 1)
     if dtype == "fp32":
         args = _case(dtype=torch.float32, N=128, P=_fp32_bp(), A=32, **FEATURES[feature])
     else:  # 16-bit inputs with N < 64: the fp32-operand path too
         args = _case(dtype=DT[dtype], N=32, P=32, A=16, states=True)
-    _same_with_flag_on(args, flag, monkeypatch, reordered="all", scan=scan, exact_forward=False)
+    _same_with_flag_on(args, "contiguous_halves", monkeypatch, reordered="all", scan=scan, exact_forward=False)
 
 
 @pytest.mark.parametrize("dtype", ["bf16", "fp16"])

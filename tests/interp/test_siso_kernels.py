@@ -327,12 +327,11 @@ def test_siso_backward_store_a1_fp32(kw, monkeypatch):
     (dict(T=45, B=1, N=64, P=32, A=12, cu=[0, 20, 45], states=True), True),
     (dict(dtype=torch.bfloat16, T=40, B=1, N=32, P=32, A=16, states=True), False),
 ], ids=["fp32-N128-states", "fp32-varlen-gqa-noZ", "fp32-varlen-scan-states", "bf16-fp32-operands"])
-@pytest.mark.parametrize("flag", ["contiguous_halves", "contiguous_bwd_loads"])
-def test_siso_contiguous_halves(kw, scan, flag, monkeypatch):
+def test_siso_contiguous_halves(kw, scan, monkeypatch):
     """``SisoConfig.contiguous_halves``: the fp32-operand path's pair tiles (k in the chunk states, q / k / states in
     the output kernel, the scan's input state) loaded as contiguous tiles and split in registers, the chunk states,
-    final states and dq / dk stored re-interleaved, instead of stride-2 loads and stores; ``contiguous_bwd_loads``:
-    bwd_dv's and bwd_dqk's loads of them too. The same values move, so every result is bit-identical to the flag off
+    final states and dq / dk stored re-interleaved, bwd_dv's and bwd_dqk's loads contiguous too, instead of
+    stride-2 loads and stores. The same values move, so every result is bit-identical to the flag off
     (the interpreter's arithmetic does not depend on layouts); the flag's run meets the float64 bars."""
     from mamba3.ops.siso.check import force_config
     from mamba3.testing.compare import with_grads
@@ -340,12 +339,12 @@ def test_siso_contiguous_halves(kw, scan, flag, monkeypatch):
     args = make_case(**kw)
     runs = []
     for on in (False, True):
-        force_config(monkeypatch, **{flag: on}, scan_states=scan)
+        force_config(monkeypatch, contiguous_halves=on, scan_states=scan)
         runs.append(with_grads(siso_kernel(16), args, runs[0][3] if runs else None))
         monkeypatch.undo()
     (out0, fin0, g0, _), (out1, fin1, g1, _) = runs
     assert torch.equal(out0, out1) and all(torch.equal(a, b) for a, b in zip(fin0, fin1))
     for name in g0:
         assert (g0[name] is None and g1[name] is None) or torch.equal(g0[name], g1[name]), name
-    force_config(monkeypatch, **{flag: True}, scan_states=scan)
+    force_config(monkeypatch, contiguous_halves=True, scan_states=scan)
     run_and_compare(args, 16)

@@ -50,8 +50,9 @@ def bwd_dv_kernel(q_ptr, k_ptr, v_ptr, z_ptr, do_ptr, dv_ptr, dz_ptr, dy_ptr, qb
                   N: tl.constexpr, P: tl.constexpr, C: tl.constexpr, BN: tl.constexpr, BP: tl.constexpr,
                   HAS_Z: tl.constexpr, HAS_D: tl.constexpr, HAS_BIAS: tl.constexpr,
                   HALVES: tl.constexpr, DOT_DT: tl.constexpr, PREC: tl.constexpr, KEND: tl.constexpr,
-                  STORE_A1: tl.constexpr, STRIDED_LOADS: tl.constexpr):
-    # STRIDED_LOADS: HALVES's pair tiles are loaded by stride-2 accesses (``SisoConfig.contiguous_bwd_loads`` off)
+                  STORE_A1: tl.constexpr, STRIDED: tl.constexpr):
+    # STRIDED: HALVES's pair tiles are loaded by stride-2 accesses (``SisoConfig.contiguous_halves`` off), else as
+    # contiguous tiles split in registers
     # KEND: this kernel forms e^{cs_L}⟨dSe, S⟩ from fp32 states; without it the reverse state scan did
     # (``SisoConfig.bwd_states16``) and st / dst are 16-bit copies (the dots round them to DOT_DT anyway).
     # STORE_A1 (``SisoConfig.bwd_store_a1`` on 16-bit dots, ``bwd_store_a1_fp32`` on fp32 ones; one P block):
@@ -83,9 +84,9 @@ def bwd_dv_kernel(q_ptr, k_ptr, v_ptr, z_ptr, do_ptr, dv_ptr, dz_ptr, dy_ptr, qb
         if HALVES:
             qre, qro, kke, kko, qk_block = rotated_qk_halves(q_ptr, k_ptr, qb_ptr, kb_ptr, rot_ptr,
                                                              rot_plane, qrow, arow, m, scale,
-                                                             nb, h * N, A, C, BN, HAS_BIAS, STRIDED_LOADS)
-            se, so = state_halves(st_ptr, sbase, p, nb, N, BN, STRIDED_LOADS)  # [BP, BN/2] fp32 each
-            dse, dso = state_halves(dst_ptr, sbase, p, nb, N, BN, STRIDED_LOADS)
+                                                             nb, h * N, A, C, BN, HAS_BIAS, STRIDED)
+            se, so = state_halves(st_ptr, sbase, p, nb, N, BN, STRIDED)  # [BP, BN/2] fp32 each
+            dse, dso = state_halves(dst_ptr, sbase, p, nb, N, BN, STRIDED)
             if KEND:
                 sdot += tl.sum(se * dse + so * dso, 1)
             acc_qk = tl.dot(qre, tl.trans(kke), acc=acc_qk, input_precision=PREC)
@@ -246,11 +247,11 @@ def bwd_dqk_kernel(q_ptr, k_ptr, v_ptr, dy_ptr, dq_ptr, dk_ptr, qb_ptr, kb_ptr, 
                    N: tl.constexpr, P: tl.constexpr, C: tl.constexpr, BN: tl.constexpr, BP: tl.constexpr,
                    HAS_BIAS: tl.constexpr,
                    HALVES: tl.constexpr, DOT_DT: tl.constexpr, PREC: tl.constexpr, LOAD_A1: tl.constexpr,
-                   STRIDED: tl.constexpr, STRIDED_LOADS: tl.constexpr):
+                   STRIDED: tl.constexpr):
     # LOAD_A1: M∘(dY Vᵀ) comes from bwd_dv (``SisoConfig.bwd_store_a1`` / ``bwd_store_a1_fp32``), not from a C×C×P
     # dot and the decay mask here, once per head and N block (HALVES: and its transpose, from a second dot).
-    # STRIDED / STRIDED_LOADS: HALVES's pair tiles are stored / loaded by stride-2 accesses (``SisoConfig.
-    # contiguous_halves`` / ``contiguous_bwd_loads`` off), else contiguously (split or re-interleaved in registers)
+    # STRIDED: HALVES's pair tiles are loaded and stored by stride-2 accesses (``SisoConfig.contiguous_halves`` off),
+    # else contiguously (split or re-interleaved in registers)
     sq_b, sv_b, s_h, s_b, _ = batch_strides(T, H, sq_t, sv_t, 0)
     sc_n = NB_B * s_b
     # 1-D grid: chunk, then group, then head split, then N block (fastest). The HPG heads of a group are split
@@ -290,7 +291,7 @@ def bwd_dqk_kernel(q_ptr, k_ptr, v_ptr, dy_ptr, dq_ptr, dk_ptr, qb_ptr, kb_ptr, 
         dk_in = tl.zeros([C, BN], dtype=tl.float32)
         # HALVES (fp32 operands): even/odd halves as separate dot operands, never re-interleaved into one and no
         # transposed register operands: Triton 3.6's FMA dots on Blackwell reject both ("Illegal shared layout").
-        # (Splitting a contiguously loaded tile before the rotation, STRIDED_LOADS off, compiles on every arch.)
+        # (Splitting a contiguously loaded tile before the rotation, STRIDED off, compiles on every arch.)
         dq_in_e = tl.zeros([C, BH], dtype=tl.float32)
         dq_in_o = tl.zeros([C, BH], dtype=tl.float32)
         dk_in_e = tl.zeros([C, BH], dtype=tl.float32)
@@ -308,8 +309,8 @@ def bwd_dqk_kernel(q_ptr, k_ptr, v_ptr, dy_ptr, dq_ptr, dk_ptr, qb_ptr, kb_ptr, 
                 if HALVES:
                     dyvt_t += tl.dot(vd, tl.trans(dyd), input_precision=PREC)
             if HALVES:
-                se, so = state_halves(st_ptr, sbase, p, nb, N, BN, STRIDED_LOADS)
-                dse, dso = state_halves(dst_ptr, sbase, p, nb, N, BN, STRIDED_LOADS)
+                se, so = state_halves(st_ptr, sbase, p, nb, N, BN, STRIDED)
+                dse, dso = state_halves(dst_ptr, sbase, p, nb, N, BN, STRIDED)
                 dq_in_e += tl.dot(dyd, se, input_precision=PREC)
                 dq_in_o += tl.dot(dyd, so, input_precision=PREC)
                 dk_in_e += tl.dot(vd, dse, input_precision=PREC)
@@ -325,11 +326,11 @@ def bwd_dqk_kernel(q_ptr, k_ptr, v_ptr, dy_ptr, dq_ptr, dk_ptr, qb_ptr, kb_ptr, 
             a1 = tl.where(i[None, :] < i[:, None], fast_exp(tl.minimum(diff, 0.0)), 0.0) * dyvt
         # the group's q/k rows are re-read for every head (L1/L2 hits) instead of held across the head loop:
         # 32 fewer live registers per thread at 8 warps
-        qe, qo = load_pairs(q_ptr, qrow, m, nb * BN, C, BN, STRIDED_LOADS)
-        ke, ko = load_pairs(k_ptr, qrow, m, nb * BN, C, BN, STRIDED_LOADS)
+        qe, qo = load_pairs(q_ptr, qrow, m, nb * BN, C, BN, STRIDED)
+        ke, ko = load_pairs(k_ptr, qrow, m, nb * BN, C, BN, STRIDED)
         if HAS_BIAS:
-            qe, qo = add_bias_pairs(qe, qo, qb_ptr + h * N, nb * BN, BN, STRIDED_LOADS)
-            ke, ko = add_bias_pairs(ke, ko, kb_ptr + h * N, nb * BN, BN, STRIDED_LOADS)
+            qe, qo = add_bias_pairs(qe, qo, qb_ptr + h * N, nb * BN, BN, STRIDED)
+            ke, ko = add_bias_pairs(ke, ko, kb_ptr + h * N, nb * BN, BN, STRIDED)
         arow = head_angle_rows(bidx, t, h, T, H, A)  # rows of the sin/cos planes and of R
         si, co = rotation_tile(rot_ptr, rot_plane, arow, m, pa, A, C, BH)
         qre = qe * co - qo * si

@@ -108,22 +108,19 @@ class SisoConfig:
     # sm_90 tiles), forward+backward 44.03 → 34.77 ms at B8 T4096 and 44.25 → 35.00 at B1 T32768 (bwd_dqk 20.6 →
     # 11.0 ms, bwd_dv 9.9 → 10.2), every error against float64 within 3e-8 of the flag off.
     bwd_store_a1_fp32: bool = True
-    # With halves (the fp32-operand path): the forward kernels (chunk states, their scan, output) load q, k and the
-    # states as contiguous tiles split into even / odd halves in registers, and pair tiles (chunk and final states,
-    # bwd_dqk's dq, dk) are stored re-interleaved; False: two stride-2 loads or stores per tile, which fill a quarter
-    # of each 32-byte sector (the backward's loads: contiguous_bwd_loads). Nsight Compute, H100, fp32
-    # B8 T4096 (forty-fourth session, stride-2): chunk_state_kernel kept L2 76 % busy at 11 % DRAM (4.3 GB written to
-    # L2 for 537 MB of states), its loads used 9.8 of 32 bytes per sector, the output kernel's 5.4. Same values move:
-    # results within fp32 rounding of stride-2 (the compiler may contract the rotations differently). H200, B8 T4096
-    # (forty-fifth session, sweep_siso.py, sm_90 tiles, the backward's loads still stride-2): forward 7.000 → 3.363
-    # ms (chunk_state_kernel 7.11 → 2.33 ms over its three launches, output_kernel 4.14 → 2.16), forward+backward
-    # 33.81 → 27.10.
+    # With halves (the fp32-operand path): every kernel loads q, k and the states as contiguous tiles split into
+    # even / odd halves in registers, and pair tiles (chunk and final states, bwd_dqk's dq, dk) are stored
+    # re-interleaved; False: two stride-2 loads or stores per tile, which fill a quarter of each 32-byte sector.
+    # Nsight Compute, H100, fp32 B8 T4096 (forty-fourth session, stride-2): chunk_state_kernel kept L2 76 % busy at
+    # 11 % DRAM (4.3 GB written to L2 for 537 MB of states), its loads used 9.8 of 32 bytes per sector, the output
+    # kernel's 5.4. Same values move: results within fp32 rounding of stride-2 (the compiler may contract the
+    # rotations differently). sweep_siso.py, B8 T4096, sm_90 tiles: H200 (forty-fifth session, the forward only):
+    # forward 7.000 → 3.363 ms (chunk_state_kernel 7.11 → 2.33 ms over its three launches, output_kernel 4.14 →
+    # 2.16), forward+backward 33.81 → 27.10; H100 (forty-sixth, the backward's loads too): forward+backward 27.85 →
+    # 23.73 ms (bwd_dqk 11.33 → 9.09, bwd_dv 10.16 → 8.11), the other architectures' c32 tiles 57.25 → 41.62. AOT,
+    # the backward's loads contiguous, spill stores per thread: sm_90 (P = 64) bwd_dv 1232 → 1268 B, bwd_dqk 944 →
+    # 992; sm_100 (P = 32) bwd_dv 852 → 876, bwd_dqk 1044 → 1008.
     contiguous_halves: bool = True
-    # With contiguous_halves: bwd_dv and bwd_dqk load q, k and the states contiguously too (else stride-2, as they
-    # did when contiguous_halves was timed). Prepared, not yet run on a GPU: interpreter bit-identical, every CI arch
-    # compiles; AOT, fp32, N = 128, spill stores per thread: sm_90 (P = 64) bwd_dv 1232 → 1268 B, bwd_dqk 944 → 992;
-    # sm_100 (P = 32) bwd_dv 852 → 876, bwd_dqk 1044 → 1008.
-    contiguous_bwd_loads: bool = False
 
     def __post_init__(self):
         if self.halves and self.half_dots:

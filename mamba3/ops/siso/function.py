@@ -69,8 +69,6 @@ class _Ctx:
         self.prec = "tf32" if precision == "tf32" else self.cfg.fp32_prec
         # halves move between memory and registers by stride-2 loads and stores (SisoConfig.contiguous_halves off)
         self.strided = self.cfg.halves and not self.cfg.contiguous_halves
-        # and the backward's loads of them (SisoConfig.contiguous_bwd_loads)
-        self.strided_bwd_loads = self.strided or self.cfg.halves and not self.cfg.contiguous_bwd_loads
         if N % 2 or N < 16 or (N & (N - 1)) or P < 16 or (P & (P - 1)):
             raise ValueError(f"SISO Triton kernels need N and P powers of two ≥ 16, got N={N}, P={P}")
         # tensors are contiguous: batch strides are T × these (derived in the kernels, see fwd.py)
@@ -293,7 +291,7 @@ def _backward(c, tensors, input_states, dout, dfa, dfssm, off=None):
         ch.chunk_table, T, B, ddp.stride(0), c.sq_t, c.sv_t, H, c.HPG, A,
         N=N, P=P, C=cfg.chunk, BN=cfg.bn, BP=cfg.bp, HAS_Z=z is not None, HAS_D=D is not None,
         HAS_BIAS=q_bias is not None, HALVES=cfg.halves, DOT_DT=c.dot_dt, PREC=c.prec, KEND=not bwd16,
-        STORE_A1=store_a1, STRIDED_LOADS=c.strided_bwd_loads, num_warps=cfg.warps_bwd, num_stages=cfg.stages)
+        STORE_A1=store_a1, STRIDED=c.strided, num_warps=cfg.warps_bwd, num_stages=cfg.stages)
     dadt = torch.empty(B, H, T, device=dev, dtype=torch.float32)  # every token is written
     launch(decay_grad_kernel, (ch.nchunks * H,), gcs, bterm, kend, dadt, ch.chunk_table, T, B, kend.stride(0), H,
            NPB=npb, NKE=kend.shape[0], C=cfg.chunk, num_warps=1)
@@ -316,7 +314,7 @@ def _backward(c, tensors, input_states, dout, dfa, dfssm, off=None):
         ch.chunk_table, T, B, c.sq_t, c.sv_t, H, c.HPG, hs, A,
         N=N, P=P, C=cfg.chunk, BN=cfg.bn, BP=cfg.bp, HAS_BIAS=has_bias,
         HALVES=cfg.halves, DOT_DT=c.dot_dt, PREC=c.prec, LOAD_A1=store_a1, STRIDED=c.strided,
-        STRIDED_LOADS=c.strided_bwd_loads, num_warps=cfg.warps_bwd, num_stages=cfg.stages)
+        num_warps=cfg.warps_bwd, num_stages=cfg.stages)
     del st, dst, rot, dy, a1
     if hs > 1:
         dq, dk = dq.sum(0).to(q.dtype), dk.sum(0).to(k.dtype)

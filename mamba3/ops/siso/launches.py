@@ -21,7 +21,7 @@ the reverse scan forms its ⟨dSe, S⟩ partials and 16-bit copies of S and dS f
 P block only, so bf16 at N = 128, P = 64 is a class of its own (the dispatcher's choice there), and so is fp32 at
 P = the fp32 path's bp on the architecture (64 on sm_90, 32 elsewhere). The stride-2 pair tiles of
 ``SisoConfig.contiguous_halves=False`` are compiled on that fp32 class, chunk-parallel and on the scan, and for bf16
-at N = 32 (names end in ``-strided``), and the prepared ``contiguous_bwd_loads`` on those two (``-bwdloads``).
+at N = 32 (names end in ``-strided``).
 """
 from __future__ import annotations
 
@@ -57,9 +57,6 @@ def _problem_classes(spec, default_only: bool = False):
         yield torch.float32, None, 128, dict(contiguous_halves=False), fp32_bp
         yield torch.float32, None, 128, dict(_SCAN, contiguous_halves=False), fp32_bp
         yield torch.bfloat16, None, 32, dict(contiguous_halves=False)
-        # the prepared SisoConfig.contiguous_bwd_loads (bwd_dv's and bwd_dqk's loads of them contiguous too)
-        yield torch.float32, None, 128, dict(contiguous_bwd_loads=True), fp32_bp
-        yield torch.bfloat16, None, 32, dict(contiguous_bwd_loads=True)
     yield torch.float32, None, 16, {}
     yield torch.bfloat16, None, 32, {}
 
@@ -115,7 +112,5 @@ def aot_launches(arch: int, *, default_only: bool = False) -> list[KernelLaunch]
             name = f"{kernel.fn.__name__}-{str(problem[0]).replace('torch.', '')}-{tag}"
             if meta.get("STRIDED"):
                 name += "-strided"
-            if meta.get("HALVES") and meta.get("STRIDED_LOADS") is False:
-                name += "-bwdloads"
             out.append(KernelLaunch(name=name, kernel=kernel, args=tuple(args), meta=dict(meta)))
     return out
