@@ -1,11 +1,12 @@
 """Sweep SISO kernel configurations on the current GPU (used to choose the dispatcher's defaults).
 
-    python3 benchmarks/sweep_siso.py --out sweep.json [--shape B8|B4|B2|B1] [--only NAME,...]
+    python3 benchmarks/sweep_siso.py --out sweep.json [--shape B8|B4|B2|B1] [--headdim 64] [--only NAME,...]
 
 For each candidate configuration: the relative Frobenius error of the output and of every gradient against the
 float64 reference on a small case (B=2, T=300, H=4, N=128, P=64, A=32, D, Z, input states: a miscompiled
 configuration shows here first), then forward and forward+backward time (do_bench medians, ms) on the issue's
-B=8, T=4096, H=32, N=128, P=64, A=32 shape and the per-kernel CUDA time of one forward+backward.
+B=8, T=4096, H=32, N=128, P=64, A=32 shape and the per-kernel CUDA time of one forward+backward (``--headdim``:
+another P, in both).
 """
 from __future__ import annotations
 
@@ -76,6 +77,14 @@ CANDIDATES = {
                                                         fp32_prec="tf32x3", contiguous_halves=False)),
     "fp32-x3-c32-b32-w4/4": ("fp32", SisoConfig(32, 32, 32, 4, 4, 1, half_dots=False, halves=True,
                                                 fp32_prec="tf32x3")),
+    # bwd_dv handing M∘(dY Vᵀ) to bwd_dqk as per-P-block shares (SisoConfig.bwd_store_a1_blocks, prepared): at P = 64
+    # on the other architectures' fp32 tiles (two P blocks; -w4/4 is their dispatcher's choice), and with --headdim
+    # 128 on sm_90's fp32 and bf16 tiles against the candidates above
+    "fp32-x3-c32-b32-w4/4-a1blocks": ("fp32", SisoConfig(32, 32, 32, 4, 4, 1, half_dots=False, halves=True,
+                                                         fp32_prec="tf32x3", bwd_store_a1_blocks=True)),
+    "fp32-x3-c64-b32p64-w4/8-a1blocks": ("fp32", SisoConfig(64, 32, 64, 4, 8, 1, half_dots=False, halves=True,
+                                                            fp32_prec="tf32x3", bwd_store_a1_blocks=True)),
+    "bf16-joined-c64-w4/8-a1blocks": ("bf16", SisoConfig(64, 64, 64, 4, 8, 1, bwd_store_a1_blocks=True)),
     "fp32-ieee-c32-b32-w4/8": ("fp32", SisoConfig(32, 32, 32, 4, 8, 1, half_dots=False, halves=True)),
 }
 # the issue's B8 T4096 and the same 32768 tokens in fewer, longer sequences (the scan's programs: NS·H·blocks)
@@ -101,12 +110,12 @@ def forced(cfg, exact_split):
         F._SPEC_OVERRIDE = None
 
 
-def accuracy(cfg, dtype, exact_split=False):
+def accuracy(cfg, dtype, exact_split=False, headdim=64):
     from mamba3.ops.siso.check import make_case, siso_kernel
     from mamba3.reference import siso_chunked
     from mamba3.testing.compare import compare
 
-    args = make_case(dtype=dtype, B=2, T=300, H=4, G=1, N=128, P=64, A=32, states=True, device="cuda")
+    args = make_case(dtype=dtype, B=2, T=300, H=4, G=1, N=128, P=headdim, A=32, states=True, device="cuda")
     with forced(cfg, exact_split):
         errs = compare(siso_kernel(cfg.chunk), siso_chunked, args)
     return {k: float(v) for k, v in errs.items()}
@@ -126,16 +135,17 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
     ap.add_argument("--shape", default="B8", choices=list(SHAPES))
+    ap.add_argument("--headdim", type=int, default=64, help="P of the timed shape and the accuracy case")
     ap.add_argument("--only", default="", help="comma-separated candidate names (default: all)")
     a = ap.parse_args()
-    shape = dict(B=SHAPES[a.shape][0], T=SHAPES[a.shape][1], H=32, G=1, N=128, P=64, A=32)
+    shape = dict(B=SHAPES[a.shape][0], T=SHAPES[a.shape][1], H=32, G=1, N=128, P=a.headdim, A=32)
     names = a.only.split(",") if a.only else list(CANDIDATES)
     res = []
     for name in names:
         dt, cfg = CANDIDATES[name]
-        r = {"name": name, "dtype": dt, "config": cfg.as_dict()}
+        r = {"name": name, "dtype": dt, "headdim": a.headdim, "config": cfg.as_dict()}
         try:
-            r["errors"] = accuracy(cfg, DTYPES[dt], name in EXACT_SPLIT)
+            r["errors"] = accuracy(cfg, DTYPES[dt], name in EXACT_SPLIT, a.headdim)
             r.update(timing(cfg, shape, DTYPES[dt], name in EXACT_SPLIT))
         except Exception as e:  # a config that fails to compile or launch is a result too
             r["error"] = f"{type(e).__name__}: {str(e)[:500]}"

@@ -246,10 +246,11 @@ def test_siso_backward_states16(kw, monkeypatch):
     run_and_compare(args, 16)
 
 
-def _store_a1_runs(kw, flag, monkeypatch):
-    """The case ``kw`` with the SisoConfig ``flag`` off, then on, at chunk 16; checks that bwd_dv stores and bwd_dqk
-    loads a (nchunks, H, 16, 16) buffer of M∘(dY Vᵀ) exactly when it is on and returns both runs' results (output,
-    final states, gradients) and the buffer's dtype; then the flag's run against the float64 bars."""
+def _store_a1_runs(kw, flag, monkeypatch, bp=None):
+    """The case ``kw`` with the SisoConfig ``flag`` off, then on, at chunk 16 (``bp``: that P block forced in both);
+    checks that bwd_dv stores and bwd_dqk loads a (nchunks, H, P blocks, 16, 16) buffer of M∘(dY Vᵀ) exactly when it
+    is on and returns both runs' results (output, final states, gradients) and the buffer's dtype; then the flag's
+    run against the float64 bars."""
     import mamba3.ops.siso.function as F
     from mamba3.ops.siso.check import force_config
     from mamba3.testing.compare import with_grads
@@ -266,17 +267,18 @@ def _store_a1_runs(kw, flag, monkeypatch):
         launch(kernel, grid, *a, **meta)
 
     runs, upstream = {}, None
+    tiles = {} if bp is None else dict(bp=bp)
     for on in (False, True):
-        force_config(monkeypatch, **{flag: on})
+        force_config(monkeypatch, **tiles, **{flag: on})
         monkeypatch.setattr(F, "launch", record)
         runs[on] = with_grads(siso_kernel(16), args, upstream)
         upstream = runs[on][3]
         monkeypatch.undo()
     nchunks = sum(-(-(b - a) // 16) for a, b in zip(kw["cu"][:-1], kw["cu"][1:])) if "cu" in kw else -(-kw["T"] // 16)
-    a1_shape = torch.Size([nchunks, kw.get("H", 2), 16, 16])
+    a1_shape = torch.Size([nchunks, kw.get("H", 2), 1 if bp is None else kw["P"] // bp, 16, 16])
     assert [s[:2] for s in seen] == [("dv", False), ("dqk", False), ("dv", True), ("dqk", True)], seen
     assert seen[2][2:] == seen[3][2:] and seen[2][2] == a1_shape, seen
-    force_config(monkeypatch, **{flag: True})
+    force_config(monkeypatch, **tiles, **{flag: True})
     run_and_compare(args, 16)
     return runs[False], runs[True], seen[2][3]
 
@@ -319,6 +321,29 @@ def test_siso_backward_store_a1_fp32(kw, monkeypatch):
         if g0[name] is not None:
             err = rel_frobenius(g1[name], g0[name])
             assert err < 1e-6, f"d_{name} differs from the flag off by {err:.2e}"
+
+
+@pytest.mark.parametrize("kw,bp", [(dict(T=40, B=1, N=64, P=32, A=16, states=True), 16),
+                                   (dict(T=50, B=1, H=4, G=2, N=64, P=64, A=8, cu=[0, 25, 50], Z=False), 16),
+                                   (dict(dtype=torch.bfloat16, T=40, B=1, N=64, P=128, A=16, states=True), 64)],
+                         ids=["fp32-states-2pblocks", "fp32-varlen-gqa-noZ-4pblocks", "bf16-16bit-dots-2pblocks"])
+def test_siso_backward_store_a1_blocks(kw, bp, monkeypatch):
+    """``SisoConfig.bwd_store_a1_blocks``: with several P blocks each bwd_dv program stores its block's share of
+    M∘(dY Vᵀ) in fp32 and bwd_dqk sums the shares (fp32 halves and 16-bit dots). The forward is untouched, every
+    gradient agrees with the flag off (bwd_dqk summed dY Vᵀ over P in one accumulator) to fp32 rounding — the 16-bit
+    path then rounds the sum to bf16 as before, so a share sum that lands on the other side of a bf16 rounding
+    boundary may move a gradient by more (1e-4 allowed there) — and the flag's run meets the float64 bars."""
+    from mamba3.testing.errors import rel_frobenius
+
+    (out0, fin0, g0, _), (out1, fin1, g1, _), dtype = _store_a1_runs(kw, "bwd_store_a1_blocks", monkeypatch, bp)
+    assert dtype == torch.float32
+    assert torch.equal(out0, out1) and all(torch.equal(a, b) for a, b in zip(fin0, fin1))
+    tol = 1e-6 if kw.get("dtype", torch.float32) == torch.float32 else 1e-4
+    for name in g0:
+        assert (g0[name] is None) == (g1[name] is None), name
+        if g0[name] is not None:
+            err = rel_frobenius(g1[name], g0[name])
+            assert err < tol, f"d_{name} differs from the flag off by {err:.2e}"
 
 
 @pytest.mark.parametrize("kw,scan", [

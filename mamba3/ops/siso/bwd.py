@@ -32,14 +32,29 @@ from .fwd import rotated_qk_block, rotated_qk_halves, state_halves
 
 
 @triton.jit
-def a1_offsets(c, h, H, i, C: tl.constexpr, TRANSPOSED: tl.constexpr):
-    """Element offsets of the C×C tile of chunk c, head h in the (nchunks, H, C, C) buffer of M∘(dY Vᵀ) that bwd_dv
-    stores and bwd_dqk loads (``SisoConfig.bwd_store_a1``, ``bwd_store_a1_fp32``); i = tl.arange(0, C).
-    TRANSPOSED: those of the tile's transpose (the same buffer, read with swapped offsets)."""
+def a1_offsets(c, h, H, pb, NPB: tl.constexpr, i, C: tl.constexpr, TRANSPOSED: tl.constexpr):
+    """Element offsets of the C×C tile of chunk c, head h, P block pb (of NPB) in the (nchunks, H, NPB, C, C) buffer
+    of M∘(dY Vᵀ) that bwd_dv stores and bwd_dqk loads (``SisoConfig.bwd_store_a1``, ``bwd_store_a1_fp32``; NPB > 1
+    where ``bwd_store_a1_blocks``: each P block's share); i = tl.arange(0, C). TRANSPOSED: those of the tile's
+    transpose (the same buffer, read with swapped offsets)."""
+    base = ((c * H + h) * NPB + pb) * C
     if TRANSPOSED:
-        return ((c * H + h) * C + i[None, :]) * C + i[:, None]
+        return (base + i[None, :]) * C + i[:, None]
     else:
-        return ((c * H + h) * C + i[:, None]) * C + i[None, :]
+        return (base + i[:, None]) * C + i[None, :]
+
+
+@triton.jit
+def load_a1(a1_ptr, c, h, H, NPB: tl.constexpr, i, C: tl.constexpr, TRANSPOSED: tl.constexpr):
+    """M∘(dY Vᵀ) of chunk c, head h (or its transpose) from bwd_dv's buffer: the tile itself with one P block, else
+    the sum of the NPB blocks' fp32 shares."""
+    if NPB == 1:
+        return tl.load(a1_ptr + a1_offsets(c, h, H, 0, 1, i, C, TRANSPOSED))
+    else:
+        acc = tl.load(a1_ptr + a1_offsets(c, h, H, 0, NPB, i, C, TRANSPOSED))
+        for pb in tl.static_range(1, NPB):
+            acc += tl.load(a1_ptr + a1_offsets(c, h, H, pb, NPB, i, C, TRANSPOSED))
+        return acc
 
 
 @triton.jit(do_not_specialize=["T", "NB_B", "sd_n", "rot_plane", "coef_plane"])
@@ -55,9 +70,9 @@ def bwd_dv_kernel(q_ptr, k_ptr, v_ptr, z_ptr, do_ptr, dv_ptr, dz_ptr, dy_ptr, qb
     # contiguous tiles split in registers
     # KEND: this kernel forms e^{cs_L}⟨dSe, S⟩ from fp32 states; without it the reverse state scan did
     # (``SisoConfig.bwd_states16``) and st / dst are 16-bit copies (the dots round them to DOT_DT anyway).
-    # STORE_A1 (``SisoConfig.bwd_store_a1`` on 16-bit dots, ``bwd_store_a1_fp32`` on fp32 ones; one P block):
-    # M∘(dY Vᵀ) of the chunk and head, in a1_ptr's dtype (DOT_DT), for bwd_dqk, which would otherwise form it
-    # again for every N block
+    # STORE_A1 (``SisoConfig.bwd_store_a1`` on 16-bit dots, ``bwd_store_a1_fp32`` on fp32 ones; one P block, or
+    # several with ``bwd_store_a1_blocks``): M∘(dY Vᵀ) of the chunk and head (this P block's share), in a1_ptr's
+    # dtype (DOT_DT with one block, else fp32), for bwd_dqk, which would otherwise form it again for every N block
     sq_b, sv_b, s_h, s_b, _ = batch_strides(T, H, sq_t, sv_t, 0)
     sp_n = NB_B * s_b
     # 1-D grid, chunk-major then head then P block (fastest): concurrent CTAs share the DRAM rows of v/z/dO
@@ -147,7 +162,7 @@ def bwd_dv_kernel(q_ptr, k_ptr, v_ptr, z_ptr, do_ptr, dv_ptr, dz_ptr, dy_ptr, qb
     w = mm * dyvt
     if STORE_A1:  # bwd_dqk's a1, the same expression (its dot rounds it to DOT_DT)
         a1 = decay * dyvt
-        tl.store(a1_ptr + a1_offsets(c, h, H, i, C, False), a1.to(a1_ptr.dtype.element_ty))
+        tl.store(a1_ptr + a1_offsets(c, h, H, pb, P // BP, i, C, False), a1.to(a1_ptr.dtype.element_ty))
     bterm = rev * tl.sum(vf * acc_kd, 1)
     gcs = ecs * tl.sum(dy * acc_qs, 1) + tl.sum(w, 1) - tl.sum(w, 0)
     # the within-chunk scans that turn these into d adt are decay_grad_kernel's (in this kernel they were masked C×C
@@ -248,8 +263,9 @@ def bwd_dqk_kernel(q_ptr, k_ptr, v_ptr, dy_ptr, dq_ptr, dk_ptr, qb_ptr, kb_ptr, 
                    HAS_BIAS: tl.constexpr,
                    HALVES: tl.constexpr, DOT_DT: tl.constexpr, PREC: tl.constexpr, LOAD_A1: tl.constexpr,
                    STRIDED: tl.constexpr):
-    # LOAD_A1: M∘(dY Vᵀ) comes from bwd_dv (``SisoConfig.bwd_store_a1`` / ``bwd_store_a1_fp32``), not from a C×C×P
-    # dot and the decay mask here, once per head and N block (HALVES: and its transpose, from a second dot).
+    # LOAD_A1: M∘(dY Vᵀ) comes from bwd_dv (``SisoConfig.bwd_store_a1`` / ``bwd_store_a1_fp32``; summed over its
+    # P blocks' shares with ``bwd_store_a1_blocks``), not from a C×C×P dot and the decay mask here, once per head and
+    # N block (HALVES: and its transpose, from a second dot).
     # STRIDED: HALVES's pair tiles are loaded and stored by stride-2 accesses (``SisoConfig.contiguous_halves`` off),
     # else contiguously (split or re-interleaved in registers)
     sq_b, sv_b, s_h, s_b, _ = batch_strides(T, H, sq_t, sv_t, 0)
@@ -339,8 +355,8 @@ def bwd_dqk_kernel(q_ptr, k_ptr, v_ptr, dy_ptr, dq_ptr, dk_ptr, qb_ptr, kb_ptr, 
         kro = ke * si + ko * co
         if HALVES:
             if LOAD_A1:
-                a1 = tl.load(a1_ptr + a1_offsets(c, h, H, i, C, False))
-                a1t = tl.load(a1_ptr + a1_offsets(c, h, H, i, C, True))
+                a1 = load_a1(a1_ptr, c, h, H, P // BP, i, C, False)
+                a1t = load_a1(a1_ptr, c, h, H, P // BP, i, C, True)
             else:
                 # (M∘dY Vᵀ)ᵀ = Mᵀ∘(V dYᵀ) formed directly (one more C×C×P dot) instead of a transposed operand
                 a1t = tl.where(i[:, None] < i[None, :], fast_exp(tl.minimum(-diff, 0.0)), 0.0) * dyvt_t
@@ -353,7 +369,7 @@ def bwd_dqk_kernel(q_ptr, k_ptr, v_ptr, dy_ptr, dq_ptr, dk_ptr, qb_ptr, kb_ptr, 
             # (M∘dY Vᵀ) and the states as well gained little (3.4e-3 against 4.3e-3 for dθ) and nearly doubled the
             # register spills (AOT, sm_90: 1084 against 580 bytes).
             if LOAD_A1:
-                ad = tl.load(a1_ptr + a1_offsets(c, h, H, i, C, False))
+                ad = load_a1(a1_ptr, c, h, H, P // BP, i, C, False).to(DOT_DT)
             else:
                 ad = a1.to(DOT_DT)
             dqr = ecs[:, None] * dq_in + exact_dot(ad, join_pairs(kre, kro, C, BN) * scale[:, None], DOT_DT, PREC)

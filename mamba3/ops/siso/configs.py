@@ -108,6 +108,12 @@ class SisoConfig:
     # sm_90 tiles), forward+backward 44.03 → 34.77 ms at B8 T4096 and 44.25 → 35.00 at B1 T32768 (bwd_dqk 20.6 →
     # 11.0 ms, bwd_dv 9.9 → 10.2), every error against float64 within 3e-8 of the flag off.
     bwd_store_a1_fp32: bool = True
+    # The hand-over with several P blocks (P > bp: fp32 at P ≥ 64 off sm_90, P = 128 on sm_90 and with 16-bit dots):
+    # each bwd_dv program stores its P block's share of M∘(dY Vᵀ) in fp32 and bwd_dqk loads the P / bp shares and
+    # sums them (the mask distributes over the sum), instead of forming dY Vᵀ over P itself in every N-block program.
+    # Results within fp32 rounding of the flag off (the P blocks' sums in another order; the 16-bit path rounds
+    # the sum to the dot dtype once, as it does without the flag). Prepared, not yet run on a GPU.
+    bwd_store_a1_blocks: bool = False
     # With halves (the fp32-operand path): every kernel loads q, k and the states as contiguous tiles split into
     # even / odd halves in registers, and pair tiles (chunk and final states, bwd_dqk's dq, dk) are stored
     # re-interleaved; False: two stride-2 loads or stores per tile, which fill a quarter of each 32-byte sector.

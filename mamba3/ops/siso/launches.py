@@ -21,7 +21,8 @@ the reverse scan forms its ⟨dSe, S⟩ partials and 16-bit copies of S and dS f
 P block only, so bf16 at N = 128, P = 64 is a class of its own (the dispatcher's choice there), and so is fp32 at
 P = the fp32 path's bp on the architecture (64 on sm_90, 32 elsewhere). The stride-2 pair tiles of
 ``SisoConfig.contiguous_halves=False`` are compiled on that fp32 class, chunk-parallel and on the scan, and for bf16
-at N = 32 (names end in ``-strided``).
+at N = 32 (names end in ``-strided``). The prepared ``SisoConfig.bwd_store_a1_blocks`` (the hand-over as per-P-block
+shares) is compiled for fp32 and bf16 at P = 128 (two or four P blocks; names end in ``-a1blocks``).
 """
 from __future__ import annotations
 
@@ -57,6 +58,9 @@ def _problem_classes(spec, default_only: bool = False):
         yield torch.float32, None, 128, dict(contiguous_halves=False), fp32_bp
         yield torch.float32, None, 128, dict(_SCAN, contiguous_halves=False), fp32_bp
         yield torch.bfloat16, None, 32, dict(contiguous_halves=False)
+        # the prepared SisoConfig.bwd_store_a1_blocks: the hand-over at P = 128 (several P blocks)
+        yield torch.float32, None, 128, dict(bwd_store_a1_blocks=True)
+        yield torch.bfloat16, None, 128, dict(bwd_store_a1_blocks=True)
     yield torch.float32, None, 16, {}
     yield torch.bfloat16, None, 32, {}
 
@@ -112,5 +116,7 @@ def aot_launches(arch: int, *, default_only: bool = False) -> list[KernelLaunch]
             name = f"{kernel.fn.__name__}-{str(problem[0]).replace('torch.', '')}-{tag}"
             if meta.get("STRIDED"):
                 name += "-strided"
+            if (meta.get("STORE_A1") or meta.get("LOAD_A1")) and meta["P"] > meta["BP"]:
+                name += "-a1blocks"
             out.append(KernelLaunch(name=name, kernel=kernel, args=tuple(args), meta=dict(meta)))
     return out
