@@ -77,14 +77,13 @@ CANDIDATES = {
                                                         fp32_prec="tf32x3", contiguous_halves=False)),
     "fp32-x3-c32-b32-w4/4": ("fp32", SisoConfig(32, 32, 32, 4, 4, 1, half_dots=False, halves=True,
                                                 fp32_prec="tf32x3")),
-    # bwd_dv handing M∘(dY Vᵀ) to bwd_dqk as per-P-block shares (SisoConfig.bwd_store_a1_blocks, prepared): at P = 64
-    # on the other architectures' fp32 tiles (two P blocks; -w4/4 is their dispatcher's choice), and with --headdim
-    # 128 on sm_90's fp32 and bf16 tiles against the candidates above
-    "fp32-x3-c32-b32-w4/4-a1blocks": ("fp32", SisoConfig(32, 32, 32, 4, 4, 1, half_dots=False, halves=True,
-                                                         fp32_prec="tf32x3", bwd_store_a1_blocks=True)),
-    "fp32-x3-c64-b32p64-w4/8-a1blocks": ("fp32", SisoConfig(64, 32, 64, 4, 8, 1, half_dots=False, halves=True,
-                                                            fp32_prec="tf32x3", bwd_store_a1_blocks=True)),
-    "bf16-joined-c64-w4/8-a1blocks": ("bf16", SisoConfig(64, 64, 64, 4, 8, 1, bwd_store_a1_blocks=True)),
+    # bwd_dqk forming M∘(dY Vᵀ) over P itself at several P blocks (SisoConfig.bwd_store_a1_blocks off): at P = 64 on
+    # the other architectures' fp32 tiles (-w4/4 is their dispatcher's choice), with --headdim 128 on sm_90's. H100
+    # (forty-sixth session, B8 T4096, forward+backward, on / off): 28.45 / 30.52 ms, P = 128 39.95 / 56.42
+    "fp32-x3-c32-b32-w4/4-no-a1blocks": ("fp32", SisoConfig(32, 32, 32, 4, 4, 1, half_dots=False, halves=True,
+                                                            fp32_prec="tf32x3", bwd_store_a1_blocks=False)),
+    "fp32-x3-c64-b32p64-w4/8-no-a1blocks": ("fp32", SisoConfig(64, 32, 64, 4, 8, 1, half_dots=False, halves=True,
+                                                               fp32_prec="tf32x3", bwd_store_a1_blocks=False)),
     "fp32-ieee-c32-b32-w4/8": ("fp32", SisoConfig(32, 32, 32, 4, 8, 1, half_dots=False, halves=True)),
 }
 # the issue's B8 T4096 and the same 32768 tokens in fewer, longer sequences (the scan's programs: NS·H·blocks)

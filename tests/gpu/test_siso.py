@@ -67,11 +67,11 @@ def test_scan_states(feature, dtype, monkeypatch):
     _check(_case(dtype=DT[dtype], N=128, P=128, A=32, **FEATURES[feature]))
 
 
-def _same_with_flag_on(args, flag, monkeypatch, reordered=(), scan=True, exact_forward=True, reordered_tol=1e-6):
+def _same_with_flag_on(args, flag, monkeypatch, reordered=(), scan=True, exact_forward=True):
     """Run ``args`` with the SisoConfig ``flag`` off, then on (on the forced scan, or with ``scan=False`` on the
     dispatcher's path): the same output, final states and gradients bit for bit (those in ``reordered``, or every
-    gradient with "all", sums taken in another order: within ``reordered_tol``; without ``exact_forward``, the
-    output and final states within 1e-6), then the flag's run within the bars against float64."""
+    gradient with "all", sums taken in another order: within 1e-6; without ``exact_forward``, the output and final
+    states within 1e-6 too), then the flag's run within the bars against float64."""
     from mamba3.ops.siso.check import force_config, siso_kernel
     from mamba3.testing.compare import with_grads
     from mamba3.testing.errors import rel_frobenius
@@ -93,7 +93,7 @@ def _same_with_flag_on(args, flag, monkeypatch, reordered=(), scan=True, exact_f
         assert (got[2][name] is None) == (want[2][name] is None), name
         if (reordered == "all" or name in reordered) and got[2][name] is not None:
             err = rel_frobenius(got[2][name], want[2][name])
-            assert err < reordered_tol, f"d_{name} differs by {err:.2e} with {flag}"
+            assert err < 1e-6, f"d_{name} differs by {err:.2e} with {flag}"
         else:
             assert got[2][name] is None or torch.equal(got[2][name], want[2][name]), name
     _check(args)
@@ -143,20 +143,15 @@ def test_backward_store_a1_fp32(feature, monkeypatch):
                        "bwd_store_a1_fp32", monkeypatch, reordered="all", scan=False)
 
 
-@pytest.mark.parametrize("case", ["fp32-base", "fp32-gqa-H4-G1", "fp32-states", "fp32-varlen-states", "fp32-T-odd",
-                                  "bf16-base", "bf16-states", "bf16-varlen-states", "fp16-T-odd"])
-def test_backward_store_a1_blocks(case, monkeypatch):
+@pytest.mark.parametrize("feature", ["base", "gqa-H4-G1", "states", "varlen-states", "T-odd"])
+def test_backward_store_a1_blocks(feature, monkeypatch):
     """``SisoConfig.bwd_store_a1_blocks`` (bwd_dv hands its P block's share of M∘(dY Vᵀ) to bwd_dqk, which sums the
-    shares) at two P blocks on the dispatcher's tiles: fp32 at P = 2·bp (the fp32-operand path), 16-bit inputs at
-    N = P = 128 (16-bit dots on 64-wide blocks). The output and final states bit for bit; every gradient within 1e-6
-    of the flag off in fp32 (sums in another order) and 1e-4 with 16-bit dots (the summed tile is rounded to the dot
-    dtype, and a sum in another order can round the other way); within the bars against float64."""
-    dtype, feature = case.split("-", 1)
-    if dtype == "fp32":
-        args, tol = _case(dtype=torch.float32, N=128, P=2 * _fp32_bp(), A=32, **FEATURES[feature]), 1e-6
-    else:
-        args, tol = _case(dtype=DT[dtype], N=128, P=128, A=32, **FEATURES[feature]), 1e-4
-    _same_with_flag_on(args, "bwd_store_a1_blocks", monkeypatch, reordered="all", scan=False, reordered_tol=tol)
+    shares; fp32 operands only) at two P blocks (P = 2·bp) on the dispatcher's fp32 tiles: the output and final
+    states bit for bit, every gradient within 1e-6 of the flag off (sums in another order), and within the bars
+    against float64. (16-bit inputs on the fp32-operand path at several P blocks: test_every_dispatcher_config's
+    P = 128 cases.)"""
+    _same_with_flag_on(_case(dtype=torch.float32, N=128, P=2 * _fp32_bp(), A=32, **FEATURES[feature]),
+                       "bwd_store_a1_blocks", monkeypatch, reordered="all", scan=False)
 
 
 @pytest.mark.parametrize("scan", [False, True], ids=["chunked", "scan"])

@@ -297,21 +297,30 @@ def test_siso_backward_store_a1(kw, monkeypatch):
         assert (g0[name] is None and g1[name] is None) or torch.equal(g0[name], g1[name]), name
 
 
-@pytest.mark.parametrize("kw", [dict(T=40, B=1, N=64, P=32, A=16, states=True),
-                                dict(T=50, B=1, H=4, G=2, N=64, P=32, A=8, cu=[0, 25, 50], Z=False),
-                                dict(dtype=torch.bfloat16, T=40, B=1, N=32, P=32, A=16, states=True),
-                                dict(T=40, B=1, N=16, P=16, A=4, states=True)],
-                         ids=["fp32-states-2nblocks", "fp32-varlen-gqa-noZ", "bf16-fp32-operands", "fp32-N16-joined"])
-def test_siso_backward_store_a1_fp32(kw, monkeypatch):
+_FP32_OPERANDS = [dict(T=40, B=1, N=64, P=32, A=16, states=True),
+                  dict(T=50, B=1, H=4, G=2, N=64, P=32, A=8, cu=[0, 25, 50], Z=False),
+                  dict(dtype=torch.bfloat16, T=40, B=1, N=32, P=32, A=16, states=True),
+                  dict(T=40, B=1, N=16, P=16, A=4, states=True)]
+
+
+@pytest.mark.parametrize("kw,flag,bp", [(kw, "bwd_store_a1_fp32", None) for kw in _FP32_OPERANDS] + [
+    (dict(T=40, B=1, N=64, P=32, A=16, states=True), "bwd_store_a1_blocks", 16),
+    (dict(T=50, B=1, H=4, G=2, N=64, P=64, A=8, cu=[0, 25, 50], Z=False), "bwd_store_a1_blocks", 16),
+    (dict(dtype=torch.bfloat16, T=40, B=1, N=32, P=64, A=16, states=True), "bwd_store_a1_blocks", 32)],
+    ids=["fp32-states-2nblocks", "fp32-varlen-gqa-noZ", "bf16-fp32-operands", "fp32-N16-joined",
+         "blocks-fp32-states-2pblocks", "blocks-fp32-varlen-gqa-noZ-4pblocks", "blocks-bf16-fp32-operands-2pblocks"])
+def test_siso_backward_store_a1_fp32(kw, flag, bp, monkeypatch):
     """``SisoConfig.bwd_store_a1_fp32``: the same hand-over on the fp32-operand path (fp32 inputs, and 16-bit inputs
     with N < 64), the buffer in fp32, bwd_dqk reading it and (for the halves' dk) its transpose (N = 16: one
-    interleaved block, no halves). The forward is untouched and every run meets the float64 bars. fp32 inputs: the
-    gradients agree with the flag off to fp32 rounding (the transpose was a second dot, summed in another order).
-    16-bit inputs: bwd_dqk formed dY Vᵀ from the 16-bit dy that bwd_dv hands it, bwd_dv forms it from its own fp32
-    dy, so they agree to 16-bit rounding only (2.0e-3 apart in d_q here)."""
+    interleaved block, no halves); ``bwd_store_a1_blocks`` (P blocks of ``bp``): with several P blocks each bwd_dv
+    program stores its block's share and bwd_dqk sums the shares. The forward is untouched and every run meets the
+    float64 bars. fp32 inputs: the gradients agree with the flag off to fp32 rounding (the transpose was a second
+    dot, dY Vᵀ one accumulator over P: sums in another order). 16-bit inputs: bwd_dqk formed dY Vᵀ from the 16-bit
+    dy that bwd_dv hands it, bwd_dv forms it from its own fp32 dy, so they agree to 16-bit rounding only (2.0e-3
+    apart in d_q in the one-block case)."""
     from mamba3.testing.errors import rel_frobenius
 
-    (out0, fin0, g0, _), (out1, fin1, g1, _), dtype = _store_a1_runs(kw, "bwd_store_a1_fp32", monkeypatch)
+    (out0, fin0, g0, _), (out1, fin1, g1, _), dtype = _store_a1_runs(kw, flag, monkeypatch, bp)
     assert dtype == torch.float32
     assert torch.equal(out0, out1) and all(torch.equal(a, b) for a, b in zip(fin0, fin1))
     if kw.get("dtype", torch.float32) != torch.float32:
@@ -321,29 +330,6 @@ def test_siso_backward_store_a1_fp32(kw, monkeypatch):
         if g0[name] is not None:
             err = rel_frobenius(g1[name], g0[name])
             assert err < 1e-6, f"d_{name} differs from the flag off by {err:.2e}"
-
-
-@pytest.mark.parametrize("kw,bp", [(dict(T=40, B=1, N=64, P=32, A=16, states=True), 16),
-                                   (dict(T=50, B=1, H=4, G=2, N=64, P=64, A=8, cu=[0, 25, 50], Z=False), 16),
-                                   (dict(dtype=torch.bfloat16, T=40, B=1, N=64, P=128, A=16, states=True), 64)],
-                         ids=["fp32-states-2pblocks", "fp32-varlen-gqa-noZ-4pblocks", "bf16-16bit-dots-2pblocks"])
-def test_siso_backward_store_a1_blocks(kw, bp, monkeypatch):
-    """``SisoConfig.bwd_store_a1_blocks``: with several P blocks each bwd_dv program stores its block's share of
-    M∘(dY Vᵀ) in fp32 and bwd_dqk sums the shares (fp32 halves and 16-bit dots). The forward is untouched, every
-    gradient agrees with the flag off (bwd_dqk summed dY Vᵀ over P in one accumulator) to fp32 rounding — the 16-bit
-    path then rounds the sum to bf16 as before, so a share sum that lands on the other side of a bf16 rounding
-    boundary may move a gradient by more (1e-4 allowed there) — and the flag's run meets the float64 bars."""
-    from mamba3.testing.errors import rel_frobenius
-
-    (out0, fin0, g0, _), (out1, fin1, g1, _), dtype = _store_a1_runs(kw, "bwd_store_a1_blocks", monkeypatch, bp)
-    assert dtype == torch.float32
-    assert torch.equal(out0, out1) and all(torch.equal(a, b) for a, b in zip(fin0, fin1))
-    tol = 1e-6 if kw.get("dtype", torch.float32) == torch.float32 else 1e-4
-    for name in g0:
-        assert (g0[name] is None) == (g1[name] is None), name
-        if g0[name] is not None:
-            err = rel_frobenius(g1[name], g0[name])
-            assert err < tol, f"d_{name} differs from the flag off by {err:.2e}"
 
 
 @pytest.mark.parametrize("kw,scan", [

@@ -71,8 +71,8 @@ def bwd_dv_kernel(q_ptr, k_ptr, v_ptr, z_ptr, do_ptr, dv_ptr, dz_ptr, dy_ptr, qb
     # KEND: this kernel forms e^{cs_L}⟨dSe, S⟩ from fp32 states; without it the reverse state scan did
     # (``SisoConfig.bwd_states16``) and st / dst are 16-bit copies (the dots round them to DOT_DT anyway).
     # STORE_A1 (``SisoConfig.bwd_store_a1`` on 16-bit dots, ``bwd_store_a1_fp32`` on fp32 ones; one P block, or
-    # several with ``bwd_store_a1_blocks``): M∘(dY Vᵀ) of the chunk and head (this P block's share), in a1_ptr's
-    # dtype (DOT_DT with one block, else fp32), for bwd_dqk, which would otherwise form it again for every N block
+    # several on fp32 ones with ``bwd_store_a1_blocks``): M∘(dY Vᵀ) of the chunk and head (this P block's share), in
+    # a1_ptr's dtype (DOT_DT), for bwd_dqk, which would otherwise form it again for every N block
     sq_b, sv_b, s_h, s_b, _ = batch_strides(T, H, sq_t, sv_t, 0)
     sp_n = NB_B * s_b
     # 1-D grid, chunk-major then head then P block (fastest): concurrent CTAs share the DRAM rows of v/z/dO

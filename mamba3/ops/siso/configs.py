@@ -108,12 +108,16 @@ class SisoConfig:
     # sm_90 tiles), forward+backward 44.03 → 34.77 ms at B8 T4096 and 44.25 → 35.00 at B1 T32768 (bwd_dqk 20.6 →
     # 11.0 ms, bwd_dv 9.9 → 10.2), every error against float64 within 3e-8 of the flag off.
     bwd_store_a1_fp32: bool = True
-    # The hand-over with several P blocks (P > bp: fp32 at P ≥ 64 off sm_90, P = 128 on sm_90 and with 16-bit dots):
-    # each bwd_dv program stores its P block's share of M∘(dY Vᵀ) in fp32 and bwd_dqk loads the P / bp shares and
-    # sums them (the mask distributes over the sum), instead of forming dY Vᵀ over P itself in every N-block program.
-    # Results within fp32 rounding of the flag off (the P blocks' sums in another order; the 16-bit path rounds
-    # the sum to the dot dtype once, as it does without the flag). Prepared, not yet run on a GPU.
-    bwd_store_a1_blocks: bool = False
+    # The fp32-operand hand-over with several P blocks (P > bp: P ≥ 64 off sm_90, P = 128 on sm_90): each bwd_dv
+    # program stores its P block's share of M∘(dY Vᵀ) in fp32 and bwd_dqk loads the P / bp shares and sums them (the
+    # mask distributes over the sum), instead of forming dY Vᵀ and V dYᵀ over P itself in every N-block program.
+    # Results within fp32 rounding of the flag off (the P blocks' sums in another order). AOT, spill stores per
+    # thread: sm_90 fp32 P = 128 bwd_dqk 2400 → 896 B (shared memory 45 → 16 KB), bwd_dv 1184 → 1264; sm_86 fp32
+    # P = 128 (four blocks) bwd_dqk 1276 → 628. H100 (forty-sixth session, sweep_siso.py B8 T4096): sm_90's tiles at
+    # P = 128, forward+backward 56.42 → 39.95 ms (bwd_dqk 27.84 → 12.93, bwd_dv 16.68 → 15.31); the other
+    # architectures' tiles (c32, 4/4 warps) at P = 64, 30.52 → 28.45 (bwd_dqk 9.68 → 7.48). Not on 16-bit dots:
+    # bf16 P = 128 took 10.38 → 11.36 ms there (bwd_dqk 2.74 → 3.51; AOT sm_90 spills 244 → 500 B).
+    bwd_store_a1_blocks: bool = True
     # With halves (the fp32-operand path): every kernel loads q, k and the states as contiguous tiles split into
     # even / odd halves in registers, and pair tiles (chunk and final states, bwd_dqk's dq, dk) are stored
     # re-interleaved; False: two stride-2 loads or stores per tile, which fill a quarter of each 32-byte sector.
@@ -123,9 +127,9 @@ class SisoConfig:
     # rotations differently). sweep_siso.py, B8 T4096, sm_90 tiles: H200 (forty-fifth session, the forward only):
     # forward 7.000 → 3.363 ms (chunk_state_kernel 7.11 → 2.33 ms over its three launches, output_kernel 4.14 →
     # 2.16), forward+backward 33.81 → 27.10; H100 (forty-sixth, the backward's loads too): forward+backward 27.85 →
-    # 23.73 ms (bwd_dqk 11.33 → 9.09, bwd_dv 10.16 → 8.11), the other architectures' c32 tiles 57.25 → 41.62. AOT,
-    # the backward's loads contiguous, spill stores per thread: sm_90 (P = 64) bwd_dv 1232 → 1268 B, bwd_dqk 944 →
-    # 992; sm_100 (P = 32) bwd_dv 852 → 876, bwd_dqk 1044 → 1008.
+    # 23.73 ms (bwd_dqk 11.33 → 9.09, bwd_dv 10.16 → 8.11), the other architectures' c32 tiles (at 8 backward
+    # warps; their dispatcher runs 4) 57.25 → 41.62. AOT, the backward's loads contiguous, spill stores per thread:
+    # sm_90 (P = 64) bwd_dv 1232 → 1268 B, bwd_dqk 944 → 992; sm_100 (P = 32) bwd_dv 852 → 876, bwd_dqk 1044 → 1008.
     contiguous_halves: bool = True
 
     def __post_init__(self):

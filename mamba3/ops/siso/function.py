@@ -157,10 +157,12 @@ def _bwd_states16(ctx) -> bool:
 
 def _bwd_store_a1(ctx) -> bool:
     """Whether bwd_dv hands M∘(dY Vᵀ) to bwd_dqk: with one P block, where bwd_dv forms the whole C×C product in one
-    program, or with several as per-block shares where ``SisoConfig.bwd_store_a1_blocks``; on 16-bit dots
-    (interleaved pairs) where ``SisoConfig.bwd_store_a1``, on fp32 operands where ``bwd_store_a1_fp32``."""
-    flag = ctx.cfg.bwd_store_a1_fp32 if ctx.dot_dt == tl.float32 else ctx.cfg.bwd_store_a1
-    return bool(flag and (ctx.P == ctx.cfg.bp or ctx.cfg.bwd_store_a1_blocks))
+    program, or on fp32 operands with several as per-block shares where ``SisoConfig.bwd_store_a1_blocks``; on
+    16-bit dots (interleaved pairs) where ``SisoConfig.bwd_store_a1``, on fp32 operands where ``bwd_store_a1_fp32``
+    (the buffer then fp32)."""
+    fp32 = ctx.dot_dt == tl.float32
+    flag = ctx.cfg.bwd_store_a1_fp32 if fp32 else ctx.cfg.bwd_store_a1
+    return bool(flag and (ctx.P == ctx.cfg.bp or fp32 and ctx.cfg.bwd_store_a1_blocks))
 
 
 def _chunk_states(ctx, mode, x, z, k, k_bias, coef, rot, plane, gsum, init, final, for_output=False, kend=None):
@@ -282,8 +284,8 @@ def _backward(c, tensors, input_states, dout, dfa, dfssm, off=None):
     dy_dtype = torch.float32 if dout.dtype == torch.float16 else dout.dtype
     dy = torch.empty_like(dout, dtype=dy_dtype) if z is not None else dout
     store_a1 = _bwd_store_a1(c)
-    # one tile per (chunk, head) in the dot dtype, or per P block in fp32 (bwd_dqk sums the shares)
-    a1_dtype = torch.float32 if c.dot_dt == tl.float32 or npb > 1 else v.dtype
+    # one tile per (chunk, head) and P block (one block on 16-bit dots), in the dot dtype; bwd_dqk sums the shares
+    a1_dtype = torch.float32 if c.dot_dt == tl.float32 else v.dtype
     a1 = torch.empty(ch.nchunks, H, npb, cfg.chunk, cfg.chunk, device=dev, dtype=a1_dtype) if store_a1 else dy
     launch(bwd_dv_kernel, (ch.nchunks * H * npb,), 
         q, k, v, z if z is not None else v, dout, dv, dz if dz is not None else dv, dy,

@@ -21,8 +21,9 @@ the reverse scan forms its ⟨dSe, S⟩ partials and 16-bit copies of S and dS f
 P block only, so bf16 at N = 128, P = 64 is a class of its own (the dispatcher's choice there), and so is fp32 at
 P = the fp32 path's bp on the architecture (64 on sm_90, 32 elsewhere). The stride-2 pair tiles of
 ``SisoConfig.contiguous_halves=False`` are compiled on that fp32 class, chunk-parallel and on the scan, and for bf16
-at N = 32 (names end in ``-strided``). The prepared ``SisoConfig.bwd_store_a1_blocks`` (the hand-over as per-P-block
-shares) is compiled for fp32 and bf16 at P = 128 (two or four P blocks; names end in ``-a1blocks``).
+at N = 32 (names end in ``-strided``). On the fp32-operand path at P > bp the hand-over goes as per-P-block shares
+(``SisoConfig.bwd_store_a1_blocks``, names ending in ``-a1blocks``: fp32 at P = 128, and bf16 at N = 32, which runs
+on fp32 operands); with the flag off bwd_dqk forms M∘(dY Vᵀ) itself, compiled for fp32 at P = 128.
 """
 from __future__ import annotations
 
@@ -43,7 +44,8 @@ def _problem_classes(spec, default_only: bool = False):
     """(input dtype, explicit chunk or None, N, config changes[, P = 128]); default_only: only the dispatcher's own
     choices (the changes force the scan on the dispatcher's tiles, N = P = 128: an architecture's spec has no SM
     count, so the launcher's own rule, ``function._scan_states``, records the chunked path). One P block (P = bp):
-    the backward's hand-over of M∘(dY Vᵀ) (``bwd_store_a1``, ``bwd_store_a1_fp32``)."""
+    the backward's hand-over of M∘(dY Vᵀ) on 16-bit dots (``bwd_store_a1``) and as one share on fp32 operands
+    (``bwd_store_a1_fp32``; P = 128 hands several, ``bwd_store_a1_blocks``)."""
     fp32_bp = F.choose_config(spec, SisoProblem("fp32", 128, 128)).bp
     yield torch.bfloat16, None, 128, {}
     yield torch.float32, None, 128, {}
@@ -58,9 +60,8 @@ def _problem_classes(spec, default_only: bool = False):
         yield torch.float32, None, 128, dict(contiguous_halves=False), fp32_bp
         yield torch.float32, None, 128, dict(_SCAN, contiguous_halves=False), fp32_bp
         yield torch.bfloat16, None, 32, dict(contiguous_halves=False)
-        # the prepared SisoConfig.bwd_store_a1_blocks: the hand-over at P = 128 (several P blocks)
-        yield torch.float32, None, 128, dict(bwd_store_a1_blocks=True)
-        yield torch.bfloat16, None, 128, dict(bwd_store_a1_blocks=True)
+        # SisoConfig.bwd_store_a1_blocks off: at P = 128 (several P blocks) bwd_dqk forms M∘(dY Vᵀ) itself
+        yield torch.float32, None, 128, dict(bwd_store_a1_blocks=False)
     yield torch.float32, None, 16, {}
     yield torch.bfloat16, None, 32, {}
 
