@@ -304,7 +304,7 @@ _FP32_OPERANDS = [dict(T=40, B=1, N=64, P=32, A=16, states=True),
 
 
 @pytest.mark.parametrize("kw,flag,bp", [(kw, "bwd_store_a1_fp32", None) for kw in _FP32_OPERANDS] + [
-    (dict(T=40, B=1, N=64, P=32, A=16, states=True), "bwd_store_a1_blocks", 16),
+    (_FP32_OPERANDS[0], "bwd_store_a1_blocks", 16),
     (dict(T=50, B=1, H=4, G=2, N=64, P=64, A=8, cu=[0, 25, 50], Z=False), "bwd_store_a1_blocks", 16),
     (dict(dtype=torch.bfloat16, T=40, B=1, N=32, P=64, A=16, states=True), "bwd_store_a1_blocks", 32)],
     ids=["fp32-states-2nblocks", "fp32-varlen-gqa-noZ", "bf16-fp32-operands", "fp32-N16-joined",

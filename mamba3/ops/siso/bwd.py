@@ -46,15 +46,12 @@ def a1_offsets(c, h, H, pb, NPB: tl.constexpr, i, C: tl.constexpr, TRANSPOSED: t
 
 @triton.jit
 def load_a1(a1_ptr, c, h, H, NPB: tl.constexpr, i, C: tl.constexpr, TRANSPOSED: tl.constexpr):
-    """M∘(dY Vᵀ) of chunk c, head h (or its transpose) from bwd_dv's buffer: the tile itself with one P block, else
-    the sum of the NPB blocks' fp32 shares."""
-    if NPB == 1:
-        return tl.load(a1_ptr + a1_offsets(c, h, H, 0, 1, i, C, TRANSPOSED))
-    else:
-        acc = tl.load(a1_ptr + a1_offsets(c, h, H, 0, NPB, i, C, TRANSPOSED))
-        for pb in tl.static_range(1, NPB):
-            acc += tl.load(a1_ptr + a1_offsets(c, h, H, pb, NPB, i, C, TRANSPOSED))
-        return acc
+    """M∘(dY Vᵀ) of chunk c, head h (or its transpose) from bwd_dv's buffer: the sum of the NPB P blocks' shares (fp32
+    where NPB > 1; with one block, the tile itself in the buffer's dtype)."""
+    acc = tl.load(a1_ptr + a1_offsets(c, h, H, 0, NPB, i, C, TRANSPOSED))
+    for pb in tl.static_range(1, NPB):
+        acc += tl.load(a1_ptr + a1_offsets(c, h, H, pb, NPB, i, C, TRANSPOSED))
+    return acc
 
 
 @triton.jit(do_not_specialize=["T", "NB_B", "sd_n", "rot_plane", "coef_plane"])
@@ -369,7 +366,7 @@ def bwd_dqk_kernel(q_ptr, k_ptr, v_ptr, dy_ptr, dq_ptr, dk_ptr, qb_ptr, kb_ptr, 
             # (M∘dY Vᵀ) and the states as well gained little (3.4e-3 against 4.3e-3 for dθ) and nearly doubled the
             # register spills (AOT, sm_90: 1084 against 580 bytes).
             if LOAD_A1:
-                ad = load_a1(a1_ptr, c, h, H, P // BP, i, C, False).to(DOT_DT)
+                ad = load_a1(a1_ptr, c, h, H, P // BP, i, C, False)  # one P block here: the tile in DOT_DT
             else:
                 ad = a1.to(DOT_DT)
             dqr = ecs[:, None] * dq_in + exact_dot(ad, join_pairs(kre, kro, C, BN) * scale[:, None], DOT_DT, PREC)
