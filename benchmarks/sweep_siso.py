@@ -52,6 +52,13 @@ CANDIDATES = {
     # S⟩ in bwd_dv (SisoConfig.bwd_states16), and bwd_dqk forming M∘(dY Vᵀ) itself per N block (bwd_store_a1); each
     # flag alone off. H100, B8 T4096 (thirty-eighth session, one run each): fwd+bwd both off / bwd16 only / a1 only /
     # both 6.809 / 6.715 / 6.482 / 6.394 ms
+    # the chunk-parallel path (the launcher's at B1 T32768 and for unequal sequences) with the state passes' outputs in
+    # fp32 (before the forty-seventh session: state_passing rewrote its fp32 buffer in place, the output kernel and
+    # bwd_dv / bwd_dqk read fp32 S and dS, bwd_dv formed ⟨dSe, S⟩); -bwd32: the forward's 16-bit copy only
+    "bf16-joined-c64-w4/8-chunked-states32": ("bf16", SisoConfig(64, 64, 64, 4, 8, 1, scan_states=False, states16=False,
+                                                                 bwd_states16=False)),
+    "bf16-joined-c64-w4/8-chunked-bwd32": ("bf16", SisoConfig(64, 64, 64, 4, 8, 1, scan_states=False,
+                                                              bwd_states16=False)),
     "bf16-joined-c64-w4/8-bwd32": ("bf16", SisoConfig(64, 64, 64, 4, 8, 1, bwd_states16=False, bwd_store_a1=False)),
     "bf16-joined-c64-w4/8-bwd32-a1": ("bf16", SisoConfig(64, 64, 64, 4, 8, 1, bwd_states16=False)),
     "bf16-joined-c64-w4/8-no-a1": ("bf16", SisoConfig(64, 64, 64, 4, 8, 1, bwd_store_a1=False)),

@@ -68,15 +68,15 @@ def test_scan_states(feature, dtype, monkeypatch):
 
 
 def _same_with_flag_on(args, flag, monkeypatch, reordered=(), scan=True, exact_forward=True):
-    """Run ``args`` with the SisoConfig ``flag`` off, then on (on the forced scan, or with ``scan=False`` on the
-    dispatcher's path): the same output, final states and gradients bit for bit (those in ``reordered``, or every
+    """Run ``args`` with the SisoConfig ``flag`` off, then on (on the forced scan, or with ``scan=False`` on the forced
+    chunk-parallel path): the same output, final states and gradients bit for bit (those in ``reordered``, or every
     gradient with "all", sums taken in another order: within 1e-6; without ``exact_forward``, the output and final
     states within 1e-6 too), then the flag's run within the bars against float64."""
     from mamba3.ops.siso.check import force_config, siso_kernel
     from mamba3.testing.compare import with_grads
     from mamba3.testing.errors import rel_frobenius
 
-    forced = dict(scan_states=True) if scan else {}
+    forced = dict(scan_states=scan)
     force_config(monkeypatch, **forced, **{flag: False})
     want = with_grads(siso_kernel(None), args)
     monkeypatch.undo()
@@ -99,22 +99,26 @@ def _same_with_flag_on(args, flag, monkeypatch, reordered=(), scan=True, exact_f
     _check(args)
 
 
+@pytest.mark.parametrize("path", ["scan", "chunked"])
 @pytest.mark.parametrize("feature", ["base", "states", "varlen-states", "T-odd"])
 @pytest.mark.parametrize("dtype", ["bf16", "fp16"])
-def test_forward_states16(feature, dtype, monkeypatch):
-    """``SisoConfig.states16`` (the forward's chunk states stored in the 16-bit dot dtype) on the forced scan: the
-    same results as the fp32 state buffer, bit for bit, and within the bars against float64."""
-    _same_with_flag_on(_case(dtype=DT[dtype], N=128, P=128, A=32, **FEATURES[feature]), "states16", monkeypatch)
+def test_forward_states16(feature, dtype, path, monkeypatch):
+    """``SisoConfig.states16`` (the forward's chunk states stored in the 16-bit dot dtype, by the scan or by
+    ``state_passing``): the same results as the fp32 state buffer, bit for bit, and within the bars against
+    float64."""
+    _same_with_flag_on(_case(dtype=DT[dtype], N=128, P=128, A=32, **FEATURES[feature]), "states16", monkeypatch,
+                       scan=path == "scan")
 
 
+@pytest.mark.parametrize("path", ["scan", "chunked"])
 @pytest.mark.parametrize("feature", ["base", "states", "varlen-states", "T-odd"])
 @pytest.mark.parametrize("dtype", ["bf16", "fp16"])
-def test_backward_states16(feature, dtype, monkeypatch):
-    """``SisoConfig.bwd_states16`` (the reverse state scan forms ⟨dSe, S⟩ and leaves 16-bit S and dS for bwd_dv and
-    bwd_dqk) on the forced scan: bit for bit the fp32 buffers' results but d adt (that sum in another order: within
-    1e-6), and within the bars against float64."""
+def test_backward_states16(feature, dtype, path, monkeypatch):
+    """``SisoConfig.bwd_states16`` (the reverse state pass, the scan or ``state_passing``, forms ⟨dSe, S⟩ and leaves
+    16-bit S and dS for bwd_dv and bwd_dqk): bit for bit the fp32 buffers' results but d adt (that sum in another
+    order: within 1e-6), and within the bars against float64."""
     _same_with_flag_on(_case(dtype=DT[dtype], N=128, P=128, A=32, **FEATURES[feature]), "bwd_states16",
-                       monkeypatch, reordered=("adt",))
+                       monkeypatch, reordered=("adt",), scan=path == "scan")
 
 
 @pytest.mark.parametrize("feature", ["base", "states", "varlen-states", "T-odd"])

@@ -179,3 +179,32 @@ def test_state_passing(cu, reverse):
             assert torch.allclose(X[c].double(), x, atol=1e-5)
             x = math.e ** 0 * torch.exp(gs[c].double())[:, None] * x + X0[c].double()
         assert torch.allclose(final[s].double(), x, atol=1e-5)
+
+
+@pytest.mark.parametrize("cu", [None, [0, 20, 21, 50]])
+def test_state_passing_into_16bit_copy_with_partials(cu):
+    """``out`` (the carried states rounded into a bf16 buffer, the local terms left in place) and ``kend`` (the
+    reverse pass's e^{g[c]}·⟨dS leaving c, S entering c⟩ per slab, and S rounded into its own bf16 buffer) against
+    a float64 walk; PN = 24 at block 16 leaves the second slab half masked."""
+    from mamba3.ops.common.state_passing import state_passing, state_slabs
+
+    B, T, C, H, PN = (2, 50, 16, 2, 24) if cu is None else (1, 50, 16, 2, 24)
+    ch = _chunks(B, T, C, cu)
+    g = torch.Generator().manual_seed(1)
+    X = torch.randn(ch.nchunks, H, PN, generator=g)
+    S = torch.randn(ch.nchunks, H, PN, generator=g)
+    gs = -torch.rand(ch.nchunks, H, generator=g)
+    X0 = X.clone()
+    out, s16 = torch.empty_like(X, dtype=torch.bfloat16), torch.empty_like(S, dtype=torch.bfloat16)
+    parts = torch.full((state_slabs(PN, 16), ch.nchunks, H), float("nan"))
+    state_passing(X, gs, ch.seq_table, ch.max_chunks, reverse=True, block=16, out=out, kend=(S, s16, parts))
+    assert torch.equal(X, X0), "the local terms must stay in X"
+    assert torch.equal(s16, S.to(torch.bfloat16))
+    for s in range(ch.nseq):
+        first, n = ch.seq_table[s].tolist()
+        x = torch.zeros(H, PN, dtype=torch.float64)
+        for c in reversed(range(first, first + n)):
+            torch.testing.assert_close(out[c].double(), x, rtol=4e-3, atol=1e-6)  # bf16 rounding
+            want = torch.exp(gs[c].double()) * (x * S[c].double()).sum(-1)
+            assert torch.allclose(parts[:, c].double().sum(0), want, atol=1e-5), c
+            x = torch.exp(gs[c].double())[:, None] * x + X0[c].double()

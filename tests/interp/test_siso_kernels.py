@@ -160,13 +160,15 @@ def test_scan_states_choice(dtype, B, T, cu, sms, forced, want):
     assert F._scan_states(ctx, ctx.chunks.nseq * 32 * blocks) is want
 
 
+@pytest.mark.parametrize("scan", [True, False], ids=["scan", "chunked"])
 @pytest.mark.parametrize("kw", [dict(dtype=torch.bfloat16, T=40, B=1, N=64, P=64, A=16, states=True),
                                 dict(dtype=torch.float16, T=50, B=1, N=64, P=64, A=16, cu=[0, 25, 50])],
                          ids=["bf16-states", "fp16-varlen"])
-def test_siso_forward_states16(kw, monkeypatch):
-    """``SisoConfig.states16``: the forward's chunk-state scan stores the states in the 16-bit dot dtype (the
-    output kernel receives that buffer) and the results are bit-identical to the fp32 buffer's (that kernel
-    rounds each state to the dot dtype before its dot; the backward recomputes fp32 states)."""
+def test_siso_forward_states16(kw, scan, monkeypatch):
+    """``SisoConfig.states16``: the forward's chunk-state scan, or ``state_passing`` on the chunk-parallel path,
+    stores the states in the 16-bit dot dtype (the output kernel receives that buffer) and the results are
+    bit-identical to the fp32 buffer's (that kernel rounds each state to the dot dtype before its dot; the backward
+    recomputes fp32 states)."""
     import mamba3.ops.siso.function as F
     from mamba3.ops.siso.check import force_config
     from mamba3.testing.compare import with_grads
@@ -180,14 +182,13 @@ def test_siso_forward_states16(kw, monkeypatch):
             state_dtypes.append(a[12].dtype)  # st_ptr
         launch(kernel, grid, *a, **meta)
 
-    monkeypatch.setattr(F, "launch", record)
     runs, upstream = {}, None
     for states16 in (False, True):
-        force_config(monkeypatch, scan_states=True, states16=states16)
+        force_config(monkeypatch, scan_states=scan, states16=states16)
+        monkeypatch.setattr(F, "launch", record)
         runs[states16] = with_grads(siso_kernel(16), args, upstream)
         upstream = runs[states16][3]
         monkeypatch.undo()
-        monkeypatch.setattr(F, "launch", record)
     assert state_dtypes == [torch.float32, kw["dtype"]], state_dtypes
     (out0, fin0, g0, _), (out1, fin1, g1, _) = runs[False], runs[True]
     assert torch.equal(out0, out1)
@@ -195,19 +196,22 @@ def test_siso_forward_states16(kw, monkeypatch):
         assert torch.equal(a, b)
     for name in g0:
         assert (g0[name] is None and g1[name] is None) or torch.equal(g0[name], g1[name]), name
-    force_config(monkeypatch, scan_states=True, states16=True)
+    force_config(monkeypatch, scan_states=scan, states16=True)
     run_and_compare(args, 16)
 
 
+@pytest.mark.parametrize("scan", [True, False], ids=["scan", "chunked"])
 @pytest.mark.parametrize("kw", [dict(dtype=torch.bfloat16, T=40, B=1, N=64, P=64, A=16, states=True),
                                 dict(dtype=torch.float16, T=50, B=1, N=128, P=64, A=16, cu=[0, 25, 50],
                                      states=True)],
                          ids=["bf16-states", "fp16-varlen-states-2blocks"])
-def test_siso_backward_states16(kw, monkeypatch):
-    """``SisoConfig.bwd_states16``: the reverse state scan forms e^{cs_L}⟨dSe, S⟩ (per state block) from the fp32
-    states and leaves 16-bit copies of S and dS, which bwd_dv and bwd_dqk read. Their dots round both to the dot
-    dtype anyway, so every result is bit-identical to the fp32 buffers' but d adt, which sums that term in another
-    order (fp32 rounding), and all of them meet the float64 bars."""
+def test_siso_backward_states16(kw, scan, monkeypatch):
+    """``SisoConfig.bwd_states16``: the reverse state pass (the scan, or ``state_passing`` on the chunk-parallel
+    path) forms e^{cs_L}⟨dSe, S⟩ (per state block or slab) from the fp32 states and leaves 16-bit copies of S and dS,
+    which bwd_dv and bwd_dqk read. Their dots round both to the dot dtype anyway, so every result is bit-identical to
+    the fp32 buffers' but d adt, which sums that term in another order (fp32 rounding), and all of them meet the
+    float64 bars."""
+    import mamba3.ops.common.state_passing as SP
     import mamba3.ops.siso.function as F
     from mamba3.ops.siso.check import force_config
     from mamba3.testing.compare import with_grads
@@ -218,22 +222,25 @@ def test_siso_backward_states16(kw, monkeypatch):
     launch = F.launch
 
     def record(kernel, grid, *a, **meta):
-        if kernel.fn.__name__ == "chunk_state_scan_kernel" and meta["MODE"] == 1:
-            seen.append(("scan", meta["KEND"]))
-        if kernel.fn.__name__ in ("bwd_dv_kernel", "bwd_dqk_kernel"):
-            seen.append((kernel.fn.__name__, a[15].dtype if kernel.fn.__name__ == "bwd_dv_kernel" else a[12].dtype))
+        name = kernel.fn.__name__
+        reverse = meta.get("MODE") == 1 if name == "chunk_state_scan_kernel" else meta.get("REVERSE")
+        if name in ("chunk_state_scan_kernel", "state_passing_kernel") and reverse:
+            seen.append(("pass", meta["KEND"]))
+        if name in ("bwd_dv_kernel", "bwd_dqk_kernel"):
+            seen.append((name, a[15].dtype if name == "bwd_dv_kernel" else a[12].dtype))
         launch(kernel, grid, *a, **meta)
 
     runs, upstream = {}, None
     for flag in (False, True):
-        force_config(monkeypatch, scan_states=True, bwd_states16=flag)
+        force_config(monkeypatch, scan_states=scan, bwd_states16=flag)
         monkeypatch.setattr(F, "launch", record)
+        monkeypatch.setattr(SP, "launch", record)
         runs[flag] = with_grads(siso_kernel(16), args, upstream)
         upstream = runs[flag][3]
         monkeypatch.undo()
     f32, f16 = torch.float32, kw["dtype"]
-    assert seen == [("scan", False), ("bwd_dv_kernel", f32), ("bwd_dqk_kernel", f32),
-                    ("scan", True), ("bwd_dv_kernel", f16), ("bwd_dqk_kernel", f16)], seen
+    assert seen == [("pass", False), ("bwd_dv_kernel", f32), ("bwd_dqk_kernel", f32),
+                    ("pass", True), ("bwd_dv_kernel", f16), ("bwd_dqk_kernel", f16)], seen
     (out0, fin0, g0, _), (out1, fin1, g1, _) = runs[False], runs[True]
     assert torch.equal(out0, out1) and all(torch.equal(a, b) for a, b in zip(fin0, fin1))
     for name in g0:
@@ -242,7 +249,7 @@ def test_siso_backward_states16(kw, monkeypatch):
             assert err < 1e-6, f"d_adt differs by {err:.2e}"
         else:
             assert (g0[name] is None and g1[name] is None) or torch.equal(g0[name], g1[name]), name
-    force_config(monkeypatch, scan_states=True, bwd_states16=True)
+    force_config(monkeypatch, scan_states=scan, bwd_states16=True)
     run_and_compare(args, 16)
 
 

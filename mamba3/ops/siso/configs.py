@@ -78,17 +78,21 @@ class SisoConfig:
     # dtype (half the bytes of the fp32 buffer: 268 instead of 537 MB written and read at B8 T4096 H32 N128 P64).
     # Bit-identical: the output kernel, its only reader, rounds each state to the dot dtype before its one dot, and
     # the scan's running state stays fp32 (as do the final state and the backward's recomputed states, which
-    # bwd_dv reads in fp32). Ignored where the chunk-parallel path runs (state_passing accumulates in place).
+    # bwd_dv reads in fp32). On the chunk-parallel path state_passing writes that copy from its fp32 walk (the local
+    # terms keep their fp32 buffer): H100, B1 T32768 (forty-seventh session, sweep_siso.py) forward 1.714 → 1.614 ms.
     # H200, B8 T4096 (twenty-first session, sweep_siso.py, fp32 / 16-bit / fp32 states in one run): forward 1.236 /
     # 1.170 / 1.238 ms, forward+backward 6.520 / 6.429 / 6.503 (the scan kernels 1.236 → 1.182, output 0.633 → 0.624).
     states16: bool = True
-    # Where the backward's state passes run as scans on the 16-bit-dot path, the reverse scan also forms the decay
+    # On the 16-bit-dot path the backward's reverse state pass (here the scan) also forms the decay
     # gradient's e^{cs_L}⟨dSe, S⟩ from the recomputed fp32 states (bwd_dv's only fp32 use of them) and leaves 16-bit
     # copies of S and dS for bwd_dv and bwd_dqk, whose dots round both to the dot dtype anyway: results bit-identical
     # but for that sum's order; B8 T4096 H32 N128 P64 backward state traffic 3.22 → 2.68 GB (fp32 S written, read by
     # the scan; S16 and dS16 written once, read twice). H100, B8 T4096 bf16 (thirty-eighth session, sweep_siso.py,
     # one run each; kernels' CUDA time): bwd_dv 1.647 → 1.417 ms, bwd_dqk 2.335 → 2.245, the three scans 1.372 →
-    # 1.574; forward+backward 6.809 → 6.715 alone, 6.482 → 6.394 beside bwd_store_a1.
+    # 1.574; forward+backward 6.809 → 6.715 alone, 6.482 → 6.394 beside bwd_store_a1. On the chunk-parallel path
+    # state_passing's reverse pass does the same per slab (its fp32 dS stays in registers, the local dS in its
+    # buffer): H100, B1 T32768 (forty-seventh session), forward+backward 7.482 → 7.388 ms (bwd_dv 1.617 → 1.443,
+    # bwd_dqk 2.015 → 1.902, the three passes 1.189 → 1.411).
     bwd_states16: bool = True
     # On the 16-bit-dot path with one P block (P = bp), bwd_dv stores M∘(dY Vᵀ) of each chunk and head in the dot
     # dtype (it forms dY Vᵀ for the decay gradient anyway) and bwd_dqk loads it instead of a C×C×P dot and the C×C

@@ -22,7 +22,7 @@ from ..checks import on_device_of
 from ..common.chunking import make_chunks
 from ..common.cumsum import angle_backward, angle_offsets, chunk_sums, rotation_planes
 from ..common.launch import launch
-from ..common.state_passing import state_passing
+from ..common.state_passing import state_passing, state_slabs
 from .bwd import bwd_dqk_kernel, bwd_dv_kernel, decay_grad_kernel, trap_grad_kernel
 from .configs import choose_config, problem_for
 from .fwd import chunk_state_kernel, chunk_state_scan_kernel, output_kernel
@@ -149,10 +149,18 @@ def _state_blocks(ctx) -> int:
 
 
 def _bwd_states16(ctx) -> bool:
-    """Whether the backward's reverse state scan forms ⟨dSe, S⟩ and 16-bit copies of S and dS for the per-chunk
-    gradient kernels (``SisoConfig.bwd_states16``): on the scan path with 16-bit dots (interleaved blocks) only."""
-    return bool(ctx.cfg.bwd_states16 and ctx.dot_dt != tl.float32
-                and _scan_states(ctx, ctx.chunks.nseq * ctx.H * _state_blocks(ctx)))
+    """Whether the backward's reverse state pass (the scan, or ``state_passing``) forms ⟨dSe, S⟩ and 16-bit copies of
+    S and dS for the per-chunk gradient kernels (``SisoConfig.bwd_states16``): on the 16-bit-dot path (interleaved
+    blocks) only."""
+    return bool(ctx.cfg.bwd_states16 and ctx.dot_dt != tl.float32)
+
+
+def _kend_blocks(ctx) -> int:
+    """How many partials of e^{cs_L}⟨dSe, S⟩ per chunk the reverse pass leaves with ``_bwd_states16``: one per state
+    block of the scan, or per slab of ``state_passing``."""
+    if _scan_states(ctx, ctx.chunks.nseq * ctx.H * _state_blocks(ctx)):
+        return _state_blocks(ctx)
+    return state_slabs(ctx.P * ctx.N, ctx.cfg.state_block)
 
 
 def _bwd_store_a1(ctx) -> bool:
@@ -169,26 +177,29 @@ def _chunk_states(ctx, mode, x, z, k, k_bias, coef, rot, plane, gsum, init, fina
     """MODE 0: the state entering every chunk (nchunks, H, P, N; computed in fp32), from init (NS, H, P, N, or None
     for 0), final state into ``final`` (fp32); MODE 1 (x = dO, z, k = q): the fp32 dS leaving every chunk, the pass
     in reverse from init = dS_final, the gradient of the input state into ``final``. One scan kernel where
-    ``_scan_states`` says so, else (fp32 only) the chunk-parallel local terms and ``common.state_passing``.
+    ``_scan_states`` says so, else the chunk-parallel local terms (fp32) and ``common.state_passing``.
     ``for_output`` (the forward's states, read only by the output kernel, which rounds them to its 16-bit dot dtype):
-    on the scan path with ``SisoConfig.states16`` the scan stores them in that dtype (bit-identical results).
-    ``kend`` (MODE 1 where ``_bwd_states16``): (fp32 states S from MODE 0, a 16-bit buffer for their copy, the
-    (blocks, nchunks, H) fp32 partials of e^{cs_L}⟨dSe, S⟩); dS is then stored in that buffer's (the dot) dtype."""
+    with ``SisoConfig.states16`` they are stored in that dtype (bit-identical results; the chunk-parallel path's local
+    terms stay fp32 in a buffer of their own). ``kend`` (MODE 1 where ``_bwd_states16``): (fp32 states S from MODE 0,
+    a 16-bit buffer for their copy, the (``_kend_blocks``, nchunks, H) fp32 partials of e^{cs_L}⟨dSe, S⟩); dS is
+    then stored in that buffer's (the dot) dtype."""
     ch, cfg = ctx.chunks, ctx.cfg
     H, N, P = ctx.H, ctx.N, ctx.P
     blocks = _state_blocks(ctx)
     scan = _scan_states(ctx, ch.nseq * H * blocks)
     # a 16-bit dot dtype means the interleaved 16-bit-dot path (half_dots; never halves), whose dot dtype is the
     # input's (x = v; with kend, that of the copy buffer, which has v's dtype)
-    states16 = for_output and scan and cfg.states16 and ctx.dot_dt != tl.float32
+    states16 = for_output and cfg.states16 and ctx.dot_dt != tl.float32
     dtype = kend[1].dtype if kend is not None else x.dtype if states16 else torch.float32
     st = torch.empty(ch.nchunks, H, P, N, device=x.device, dtype=dtype)
+    # the chunk-parallel path's local terms: fp32, in st itself unless st is a 16-bit copy
+    local = st if scan or dtype == torch.float32 else torch.empty_like(st, dtype=torch.float32)
     common = (x, z if z is not None else x, k, k_bias if k_bias is not None else k, coef, coef.stride(0), rot, plane,
-              st)
+              local)
     meta = dict(N=N, P=P, C=cfg.chunk, BN=cfg.bn, BP=cfg.bp, MODE=mode, HAS_Z=z is not None,
                 HAS_BIAS=k_bias is not None, HALVES=cfg.halves, DOT_DT=ctx.dot_dt, PREC=ctx.prec, STRIDED=ctx.strided,
                 num_warps=cfg.warps_chunk, num_stages=cfg.stages)
-    assert kend is None or scan and mode == 1 and ctx.dot_dt != tl.float32, "kend: see _bwd_states16"
+    assert kend is None or mode == 1 and ctx.dot_dt != tl.float32, "kend: see _bwd_states16"
     if scan:
         fwd, fwd16, parts = kend if kend is not None else (st, st, st)
         launch(chunk_state_scan_kernel, (ch.nseq * H * blocks,), *common, gsum,
@@ -198,8 +209,8 @@ def _chunk_states(ctx, mode, x, z, k, k_bias, coef, rot, plane, gsum, init, fina
     else:
         launch(chunk_state_kernel, (ch.nchunks * H * blocks,), *common, ch.chunk_table, ctx.T, ctx.sv_t, ctx.sq_t,
                H, ctx.HPG, ctx.A, **meta)
-        state_passing(st, gsum, ch.seq_table, ch.max_chunks, init=init, final=final, reverse=mode == 1,
-                      block=cfg.state_block)
+        state_passing(local, gsum, ch.seq_table, ch.max_chunks, init=init, final=final, reverse=mode == 1,
+                      block=cfg.state_block, out=st, kend=kend)
     return st
 
 
@@ -259,10 +270,10 @@ def _backward(c, tensors, input_states, dout, dfa, dfssm, off=None):
     ds_init = torch.empty(ch.nseq, H, P, N, device=dev, dtype=torch.float32)
     ds_final = None if dfssm is None else dfssm.float().contiguous()
     npb = P // cfg.bp
-    # e^{cs_L}⟨dSe, S⟩ per chunk, in partials: bwd_dv's per P block, or with bwd_states16 the reverse scan's per
-    # state block (it then leaves 16-bit copies of S and dS for the two per-chunk kernels)
+    # e^{cs_L}⟨dSe, S⟩ per chunk, in partials: bwd_dv's per P block, or with bwd_states16 the reverse pass's per
+    # state block or slab (it then leaves 16-bit copies of S and dS for the two per-chunk kernels)
     bwd16 = _bwd_states16(c)
-    kend = torch.empty(_state_blocks(c) if bwd16 else npb, ch.nchunks, H, device=dev, dtype=torch.float32)
+    kend = torch.empty(_kend_blocks(c) if bwd16 else npb, ch.nchunks, H, device=dev, dtype=torch.float32)
     if bwd16:
         st16 = torch.empty_like(st, dtype=v.dtype)
         dst = _chunk_states(c, 1, dout, z, q, q_bias, coef, rot, plane, gsum, ds_final, ds_init,

@@ -12,8 +12,9 @@ Pipeline (all chunk-parallel except the light state pass; see ``mamba3/ops/commo
                        1.75 ms, forward+backward 13.2 → 11.7 ms).
 2. ``chunk_state_kernel`` (MODE=0) per (chunk, head, N-block, P-block): local state Σ_j e^{cs_L−cs_j}·scale_j·v_j k̃_jᵀ
                        written into the fp32 state buffer (nchunks, H, P, N).
-3. ``state_passing``   (common) per (sequence, head, slab): in place, the buffer becomes the state entering each
-                       chunk; the input state S_init = SSM_in + dt_0(1−λ_0)·V_in K_inᵀ enters, the final state leaves.
+3. ``state_passing``   (common) per (sequence, head, slab): the state entering each chunk, in place in the fp32
+                       buffer, or on the 16-bit-dot path into a copy in the dot dtype (``SisoConfig.states16``); the
+                       input state S_init = SSM_in + dt_0(1−λ_0)·V_in K_inᵀ enters, the final state leaves.
 4. ``output_kernel``   per (chunk, head): y_i = e^{cs_i}·S q̃_i + Σ_{j<i} e^{cs_i−cs_j}·scale_j·(q̃_i·k̃_j)·v_j
                        + (D + γ_i·q̂_i·k̂_i)·v_i, out = y ⊙ silu(z).
 

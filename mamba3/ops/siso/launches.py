@@ -11,12 +11,14 @@ fp32-path footprint), fp32 with N = 16 (fp32 operands on one interleaved 16-wide
 inputs on the fp32-operand path). Why this bounds every shape: no tile grows with N or P
 (the kernels loop or grid over blocks of bn and bp, which depend only on the path), every tile is C×bn, C×bp,
 bp×bn or C×C, and each path's largest chunk is compiled. The four light kernels (chunk sums, rotation
-planes, state passing, angle backward) have tiny dtype-independent tiles and are compiled once. The scan
+planes, state passing, angle backward) have tiny dtype-independent tiles and are compiled once (state passing once
+per kind: in place in fp32, into a 16-bit copy, and the reverse pass with its ⟨dSe, S⟩ partials). The scan
 of ``SisoConfig.scan_states`` (the launcher's choice for large 16-bit grids on a device of known SM count, which an
 AOT target is not; forced for fp32) is compiled on the dispatcher's N = P = 128 tiles for bf16 and fp32 (its other
 kernels are the default ones, deduplicated), with ``SisoConfig.states16`` and ``bwd_states16`` (the defaults): the
 bf16 forward's scan and output kernel then take a 16-bit state buffer, the backward's recompute the fp32 one, and
-the reverse scan forms its ⟨dSe, S⟩ partials and 16-bit copies of S and dS for the per-chunk gradient kernels.
+the reverse scan forms its ⟨dSe, S⟩ partials and 16-bit copies of S and dS for the per-chunk gradient kernels (on
+the chunk-parallel path ``state_passing`` does both).
 ``SisoConfig.bwd_store_a1`` and ``bwd_store_a1_fp32`` (the defaults: bwd_dv hands M∘(dY Vᵀ) to bwd_dqk) act with one
 P block only, so bf16 at N = 128, P = 64 is a class of its own (the dispatcher's choice there), and so is fp32 at
 P = the fp32 path's bp on the architecture (64 on sm_90, 32 elsewhere). The stride-2 pair tiles of
@@ -109,12 +111,16 @@ def aot_launches(arch: int, *, default_only: bool = False) -> list[KernelLaunch]
             key = (kernel.fn.__name__, tuple(sorted((k, str(v)) for k, v in meta.items())), sig)
             if kernel.fn.__name__ in _LIGHT:
                 key = kernel.fn.__name__
+            if key == "state_passing_kernel":  # the pass into its fp32 buffer, into a 16-bit copy, and with ⟨dSe, S⟩
+                key = (key, str(args[5].dtype), meta["KEND"])
             if key in seen:
                 continue
             seen.add(key)
             short = {k: v for k, v in meta.items() if k in ("C", "BN", "BP", "MODE", "num_warps", "num_stages", "BLOCK")}
             tag = "-".join(f"{k}{v}" for k, v in short.items())
             name = f"{kernel.fn.__name__}-{str(problem[0]).replace('torch.', '')}-{tag}"
+            if kernel.fn.__name__ == "state_passing_kernel":
+                name += f"-out{str(args[5].dtype).replace('torch.', '')}" + ("-kend" if meta["KEND"] else "")
             if meta.get("STRIDED"):
                 name += "-strided"
             if (meta.get("STORE_A1") or meta.get("LOAD_A1")) and meta["P"] > meta["BP"]:
