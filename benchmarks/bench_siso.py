@@ -32,6 +32,10 @@ SHAPES = [
     dict(name="B1-T32768-H32", B=1, T=32768, H=32, G=1, N=128, P=64, A=32),
     # fp32 inputs (the fp32-operand tf32x3 path); no target in the issue, timed so that its speed is known
     dict(name="B8-T4096-H32-fp32", B=8, T=4096, H=32, G=1, N=128, P=64, A=32, dtype="fp32"),
+    # the same 32768 tokens as eight packed sequences of unequal lengths (cu_seqlens; none a multiple of the chunk
+    # but the last two): what varlen training runs, on the chunk-parallel states (the launcher's choice there)
+    dict(name="varlen8-T32768-H32", B=1, T=32768, H=32, G=1, N=128, P=64, A=32,
+         seqlens=(1000, 7000, 3000, 5500, 2268, 6000, 4000, 4000)),
 ]
 DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
 KEYS = ("q", "k", "v", "adt", "dt", "trap", "q_bias", "k_bias", "angles", "D", "z")  # siso_triton's tensors
@@ -46,10 +50,19 @@ def make(shape, dtype=torch.bfloat16):
     return a
 
 
+def cu_seqlens(shape):
+    """The packed sequences' boundaries of a ``seqlens`` shape (int32 on the host, as a training loop that knows
+    them passes them: the launcher reads them without a device sync), else None."""
+    if "seqlens" not in shape:
+        return None
+    assert shape["B"] == 1 and sum(shape["seqlens"]) == shape["T"], shape
+    return torch.tensor((0,) + shape["seqlens"]).cumsum(0).to(torch.int32)
+
+
 def traffic(shape, chunk, dtype_bytes=2):
     B, T, H, G, N, P, A = (shape[k] for k in "B T H G N P A".split())
     tok = B * T
-    nch = B * triton.cdiv(T, chunk)
+    nch = sum(triton.cdiv(n, chunk) for n in shape.get("seqlens", (T,) * B))
     inp = tok * (2 * G * N + 2 * H * P + H * A) * dtype_bytes + tok * H * 3 * 4  # q,k,v,z,angles + adt,dt,trap
     out = tok * H * P * dtype_bytes
     states = nch * H * P * N * 4
@@ -61,9 +74,10 @@ def traffic(shape, chunk, dtype_bytes=2):
     return fwd_bytes, fwd_flops, fwd_bytes + bwd_bytes, fwd_flops + bwd_flops
 
 
-def timed_calls(args):
+def timed_calls(args, cu=None):
     """(fwd, fwdbwd, leaves): the forward and the forward+backward of siso_triton on an inputs dict (the
-    dispatcher's configuration unless ``function._CONFIG_OVERRIDE`` is set), and the leaves whose grads to clear."""
+    dispatcher's configuration unless ``function._CONFIG_OVERRIDE`` is set; ``cu``: cu_seqlens), and the leaves
+    whose grads to clear."""
     from mamba3.ops.siso.function import siso_triton
 
     ins = [args[k] for k in KEYS]
@@ -71,10 +85,10 @@ def timed_calls(args):
     do = torch.randn_like(args["v"])
 
     def fwd():
-        return siso_triton(*ins, None, None, None, "ieee")
+        return siso_triton(*ins, None, None, cu, "ieee")
 
     def fwdbwd():
-        out, _ = siso_triton(*leaves, None, None, None, "ieee")
+        out, _ = siso_triton(*leaves, None, None, cu, "ieee")
         out.backward(do)
 
     return fwd, fwdbwd, leaves
@@ -87,7 +101,7 @@ def bench_shape(shape, ceil):
     dt = shape.get("dtype", "bf16")
     args = make(shape, DTYPES[dt])
     cfg = choose_config(_spec(args["v"]), problem_for(args["q"], args["v"], None))
-    fwd, fwdbwd, leaves = timed_calls(args)
+    fwd, fwdbwd, leaves = timed_calls(args, cu_seqlens(shape))
     res = {"shape": shape, "config": cfg.as_dict()}
     with torch.no_grad():
         res["fwd_ms"] = do_bench(fwd, warmup=25, rep=200)
