@@ -36,6 +36,9 @@ SHAPES = [
     # but the last two): what varlen training runs, on the chunk-parallel states (the launcher's choice there)
     dict(name="varlen8-T32768-H32", B=1, T=32768, H=32, G=1, N=128, P=64, A=32,
          seqlens=(1000, 7000, 3000, 5500, 2268, 6000, 4000, 4000)),
+    # mamba3_siso(save_states=True): the backward on the forward's 16-bit chunk states (268 MB more held from forward
+    # to backward here) instead of computing them again
+    dict(name="B8-T4096-H32-save_states", B=8, T=4096, H=32, G=1, N=128, P=64, A=32, save_states=True),
 ]
 DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
 KEYS = ("q", "k", "v", "adt", "dt", "trap", "q_bias", "k_bias", "angles", "D", "z")  # siso_triton's tensors
@@ -74,10 +77,10 @@ def traffic(shape, chunk, dtype_bytes=2):
     return fwd_bytes, fwd_flops, fwd_bytes + bwd_bytes, fwd_flops + bwd_flops
 
 
-def timed_calls(args, cu=None):
+def timed_calls(args, cu=None, save_states=False):
     """(fwd, fwdbwd, leaves): the forward and the forward+backward of siso_triton on an inputs dict (the
-    dispatcher's configuration unless ``function._CONFIG_OVERRIDE`` is set; ``cu``: cu_seqlens), and the leaves
-    whose grads to clear."""
+    dispatcher's configuration unless ``function._CONFIG_OVERRIDE`` is set; ``cu``: cu_seqlens; ``save_states``:
+    siso_triton's), and the leaves whose grads to clear."""
     from mamba3.ops.siso.function import siso_triton
 
     ins = [args[k] for k in KEYS]
@@ -88,7 +91,7 @@ def timed_calls(args, cu=None):
         return siso_triton(*ins, None, None, cu, "ieee")
 
     def fwdbwd():
-        out, _ = siso_triton(*leaves, None, None, cu, "ieee")
+        out, _ = siso_triton(*leaves, None, None, cu, "ieee", save_states=save_states)
         out.backward(do)
 
     return fwd, fwdbwd, leaves
@@ -101,7 +104,7 @@ def bench_shape(shape, ceil):
     dt = shape.get("dtype", "bf16")
     args = make(shape, DTYPES[dt])
     cfg = choose_config(_spec(args["v"]), problem_for(args["q"], args["v"], None))
-    fwd, fwdbwd, leaves = timed_calls(args, cu_seqlens(shape))
+    fwd, fwdbwd, leaves = timed_calls(args, cu_seqlens(shape), shape.get("save_states", False))
     res = {"shape": shape, "config": cfg.as_dict()}
     with torch.no_grad():
         res["fwd_ms"] = do_bench(fwd, warmup=25, rep=200)

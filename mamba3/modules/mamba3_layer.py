@@ -10,8 +10,10 @@ in_proj (no bias) → [z (d_inner), x (d_inner), B (N·G·R), C (N·G·R), dd_dt
 Operator: q = C, k = B, v = x, z gate, D skip; SISO rotates adjacent pairs, MIMO half-split pairs with
 mimo_x (ψ), mimo_z (ζ), mimo_o (φ). Optional output norm (is_outproj_norm): headwise RMSNorm with weight
 ``norm.weight`` before the silu(z) gate (fused into the MIMO operator, in PyTorch for SISO). Then out_proj.
-Beyond the official constructor: ``a_activation`` (above) and ``mimo_save_y`` (:func:`mamba3.mamba3_mimo`'s
-``save_y``: a faster backward for R·H·P fp32 more memory per token, in eager mode).
+Beyond the official constructor: ``a_activation`` (above), ``mimo_save_y`` (:func:`mamba3.mamba3_mimo`'s
+``save_y``: a faster backward for R·H·P fp32 more memory per token, in eager mode) and ``siso_save_states``
+(:func:`mamba3.mamba3_siso`'s ``save_states``: a faster 16-bit backward for H·P·N/chunk 16-bit values more memory
+per token, in eager mode).
 """
 from __future__ import annotations
 
@@ -66,7 +68,8 @@ class Mamba3(nn.Module):
     def __init__(self, d_model, d_state=128, expand=2, headdim=64, ngroups=1, rope_fraction=0.5, dt_min=0.001,
                  dt_max=0.1, dt_init_floor=1e-4, A_floor=1e-4, is_outproj_norm=False, is_mimo=False, mimo_rank=4,
                  fuse_pregate_headwise_norm=True, chunk_size=64, dropout=0.0, layer_idx=None, n_layer=None,
-                 device=None, dtype=None, a_activation="heavy_tail", mimo_save_y=False, **kwargs):
+                 device=None, dtype=None, a_activation="heavy_tail", mimo_save_y=False, siso_save_states=False,
+                 **kwargs):
         super().__init__()
         factory = dict(device=device, dtype=dtype)
         if rope_fraction not in (0.5, 1.0):
@@ -81,6 +84,7 @@ class Mamba3(nn.Module):
         self.mimo_rank = mimo_rank if is_mimo else 1
         self.fuse_pregate_headwise_norm = fuse_pregate_headwise_norm
         self.mimo_save_y = mimo_save_y  # mamba3_mimo's save_y: a faster backward for more memory (eager mode)
+        self.siso_save_states = siso_save_states  # mamba3_siso's save_states: the same trade (eager mode)
         self.chunk_size = chunk_size      # accepted for compatibility; the dispatcher picks kernel chunk sizes
         self.dropout = dropout
         self.layer_idx, self.n_layer = layer_idx, n_layer
@@ -188,9 +192,10 @@ class Mamba3(nn.Module):
                           return_final_states=return_final_states, **extra)
         else:
             gate = None if self.is_outproj_norm else z
+            extra = {"save_states": True} if self.siso_save_states and siso_op is mamba3_siso else {}
             res = siso_op(Cp[:, :, 0], Bp[:, :, 0], x, ADT, DT, trap, self.C_bias[:, 0], self.B_bias[:, 0],
                           angles, self.D, gate, input_states, cu_seqlens=cu_seqlens,
-                          return_final_states=return_final_states)
+                          return_final_states=return_final_states, **extra)
         y, final = res if return_final_states else (res, None)
         y = y.reshape(bsz, seqlen, self.d_inner)
         if self.is_outproj_norm and not self.is_mimo:

@@ -28,10 +28,11 @@ def _reference(**args):
     return siso_chunked(**args, chunk_size=64)
 
 
-def _check(args, chunk=None, tols=None, precision="ieee"):
+def _check(args, chunk=None, tols=None, precision="ieee", save_states=False):
     from mamba3.ops.siso.check import run_and_compare
 
-    return run_and_compare(args, chunk, reference=_reference, precision=precision, tols=tols)
+    return run_and_compare(args, chunk, reference=_reference, precision=precision, tols=tols,
+                           save_states=save_states)
 
 
 FEATURES = {
@@ -119,6 +120,29 @@ def test_backward_states16(feature, dtype, path, monkeypatch):
     order: within 1e-6), and within the bars against float64."""
     _same_with_flag_on(_case(dtype=DT[dtype], N=128, P=128, A=32, **FEATURES[feature]), "bwd_states16",
                        monkeypatch, reordered=("adt",), scan=path == "scan")
+
+
+@pytest.mark.parametrize("path", ["scan", "chunked"])
+@pytest.mark.parametrize("feature", ["base", "states", "varlen-states", "T-odd"])
+@pytest.mark.parametrize("dtype", ["bf16", "fp16"])
+def test_save_states(feature, dtype, path, monkeypatch):
+    """``save_states`` (the backward on the forward's 16-bit states instead of computing them again): the output and
+    final states bit for bit the recomputing run's, every gradient within 1e-6 of it but d adt (its ⟨dSe, S⟩ term on
+    the 16-bit states: within 1e-3), and all of them within the bars against float64."""
+    from mamba3.ops.siso.check import force_config, siso_kernel
+    from mamba3.testing.compare import with_grads
+    from mamba3.testing.errors import rel_frobenius
+
+    force_config(monkeypatch, scan_states=path == "scan")
+    args = _case(dtype=DT[dtype], N=128, P=128, A=32, **FEATURES[feature])
+    want = with_grads(siso_kernel(None), args)
+    got = with_grads(siso_kernel(None, save_states=True), args, want[3])
+    assert torch.equal(got[0], want[0]) and all(torch.equal(a, b) for a, b in zip(got[1], want[1]))
+    for name, g in want[2].items():
+        if g is not None:
+            err = rel_frobenius(got[2][name], g)
+            assert err < (1e-3 if name == "adt" else 1e-6), f"d_{name} differs by {err:.2e} with save_states"
+    _check(args, save_states=True)
 
 
 @pytest.mark.parametrize("feature", ["base", "states", "varlen-states", "T-odd"])

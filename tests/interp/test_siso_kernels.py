@@ -200,11 +200,15 @@ def test_siso_forward_states16(kw, scan, monkeypatch):
     run_and_compare(args, 16)
 
 
+# the 16-bit state copies' cases: one sequence with input states; varlen with two N blocks (fp16)
+BACKWARD_STATE_CASES = pytest.mark.parametrize(
+    "kw", [dict(dtype=torch.bfloat16, T=40, B=1, N=64, P=64, A=16, states=True),
+           dict(dtype=torch.float16, T=50, B=1, N=128, P=64, A=16, cu=[0, 25, 50], states=True)],
+    ids=["bf16-states", "fp16-varlen-states-2blocks"])
+
+
 @pytest.mark.parametrize("scan", [True, False], ids=["scan", "chunked"])
-@pytest.mark.parametrize("kw", [dict(dtype=torch.bfloat16, T=40, B=1, N=64, P=64, A=16, states=True),
-                                dict(dtype=torch.float16, T=50, B=1, N=128, P=64, A=16, cu=[0, 25, 50],
-                                     states=True)],
-                         ids=["bf16-states", "fp16-varlen-states-2blocks"])
+@BACKWARD_STATE_CASES
 def test_siso_backward_states16(kw, scan, monkeypatch):
     """``SisoConfig.bwd_states16``: the reverse state pass (the scan, or ``state_passing`` on the chunk-parallel
     path) forms e^{cs_L}⟨dSe, S⟩ (per state block or slab) from the fp32 states and leaves 16-bit copies of S and dS,
@@ -251,6 +255,45 @@ def test_siso_backward_states16(kw, scan, monkeypatch):
             assert (g0[name] is None and g1[name] is None) or torch.equal(g0[name], g1[name]), name
     force_config(monkeypatch, scan_states=scan, bwd_states16=True)
     run_and_compare(args, 16)
+
+
+@pytest.mark.parametrize("scan", [True, False], ids=["scan", "chunked"])
+@BACKWARD_STATE_CASES
+def test_siso_save_states(kw, scan, monkeypatch):
+    """``save_states``: the backward takes the forward's 16-bit states instead of computing them again (one
+    chunk-state launch of MODE 0, the forward's, where there were two) and forms the decay gradient's ⟨dSe, S⟩ from
+    them. So every result is bit-identical to the recomputing run (the per-chunk kernels read the same 16-bit
+    states) but d adt, whose ⟨dSe, S⟩ term then sees S rounded to 16 bits, and all of them meet the float64 bars."""
+    import mamba3.ops.siso.function as F
+    from mamba3.ops.siso.check import force_config
+    from mamba3.testing.compare import with_grads
+    from mamba3.testing.errors import rel_frobenius
+
+    args = make_case(**kw)
+    force_config(monkeypatch, scan_states=scan)
+    runs, upstream, launch = {}, None, F.launch
+    for save in (False, True):
+        count = []
+
+        def record(kernel, grid, *a, **meta):
+            if kernel.fn.__name__ in ("chunk_state_kernel", "chunk_state_scan_kernel") and meta["MODE"] == 0:
+                count.append(kernel.fn.__name__)
+            launch(kernel, grid, *a, **meta)
+
+        monkeypatch.setattr(F, "launch", record)
+        runs[save] = with_grads(siso_kernel(16, save_states=save), args, upstream), count
+        upstream = runs[save][0][3]
+    (want, n_want), (got, n_got) = runs[False], runs[True]
+    assert (len(n_want), len(n_got)) == (2, 1), (n_want, n_got)
+    assert torch.equal(got[0], want[0]) and all(torch.equal(a, b) for a, b in zip(got[1], want[1]))
+    for name in want[2]:
+        if name == "adt":
+            err = rel_frobenius(got[2][name], want[2][name])
+            print(f"d_adt moved {err:.2e}")
+            assert err < 1e-3, f"d_adt differs by {err:.2e}"
+        else:
+            assert (want[2][name] is None and got[2][name] is None) or torch.equal(got[2][name], want[2][name]), name
+    run_and_compare(args, 16, save_states=True)
 
 
 def _store_a1_runs(kw, flag, monkeypatch, bp=None):

@@ -274,19 +274,23 @@ def test_backward_gives_finite_gradients_for_every_parameter(cfg):
         assert p.grad is not None and torch.isfinite(p.grad).all(), name
 
 
-@pytest.mark.parametrize("save_y", [False, True])
-def test_mimo_save_y_reaches_the_operator(save_y, monkeypatch):
-    """``Mamba3(mimo_save_y=True)`` asks the eager MIMO operator to keep y for its backward (and only then); the
-    output is the same either way (the reference backend here has nothing to keep)."""
+@pytest.mark.parametrize("save", [False, True])
+@pytest.mark.parametrize("op, cfg, layer_flag, op_flag", [("mamba3_mimo", CONFIGS[2], "mimo_save_y", "save_y"),
+                                                          ("mamba3_siso", CONFIGS[0], "siso_save_states",
+                                                           "save_states")], ids=["mimo", "siso"])
+def test_save_for_backward_flags_reach_the_operator(op, cfg, layer_flag, op_flag, save, monkeypatch):
+    """``Mamba3(mimo_save_y=True)`` / ``Mamba3(siso_save_states=True)`` ask the eager operator to keep y / the
+    16-bit chunk states for its backward (and only then); the output is the same either way (the reference backend
+    here has nothing to keep)."""
     from mamba3.modules import mamba3_layer
 
     seen = []
-    op = mamba3_layer.mamba3_mimo
-    monkeypatch.setattr(mamba3_layer, "mamba3_mimo", lambda *a, **kw: seen.append(kw.get("save_y")) or op(*a, **kw))
+    eager = getattr(mamba3_layer, op)
+    monkeypatch.setattr(mamba3_layer, op, lambda *a, **kw: seen.append(kw.get(op_flag)) or eager(*a, **kw))
     u = torch.randn(1, 7, D_MODEL)
-    y = make_layer(CONFIGS[2], mimo_save_y=save_y)(u)
-    assert seen == [True if save_y else None]
-    assert_rel_close("output", y, make_layer(CONFIGS[2])(u), 1e-6)
+    y = make_layer(cfg, **{layer_flag: save})(u)
+    assert seen == [True if save else None]
+    assert_rel_close("output", y, make_layer(cfg)(u), 1e-6)
 
 
 def test_single_token_forward_and_bf16():

@@ -20,8 +20,9 @@ place on ``X`` (or into ``out``):
 * ``out`` (nchunks, H, PN), any float dtype, or None (= ``X``): where the carried states go, rounded to its dtype.
   With another buffer ``X`` keeps the local terms, and the pass still runs in fp32: the 16-bit copy SISO's per-chunk
   kernels round to their dot dtype anyway costs half the bytes of an fp32 one, to write and to read.
-* ``kend`` (reverse only): (S, S16, partials), S the fp32 (nchunks, H, PN) state entering every chunk, S16 a buffer
-  of ``out``'s shape for S rounded to its dtype, partials (``state_slabs``, nchunks, H) fp32: per slab of the state,
+* ``kend`` (reverse only): (S, S16, partials), S the (nchunks, H, PN) state entering every chunk (fp32, or a 16-bit
+  copy kept from the forward), S16 a buffer of ``out``'s shape for S rounded to its dtype (or None: no copy),
+  partials (``state_slabs``, nchunks, H) fp32: per slab of the state,
   e^{g[c]}·⟨the gradient ``out[c]`` receives (in fp32), S[c]⟩ (SISO's decay-gradient term, summed over slabs by
   its ``decay_grad_kernel``).
 
@@ -39,7 +40,7 @@ from .tiles import fast_exp
 @triton.jit(do_not_specialize=["max_chunks", "kend_stride"])
 def state_passing_kernel(x_ptr, g_ptr, init_ptr, final_ptr, seq_table_ptr, out_ptr, fwd_ptr, fwd16_ptr, kend_ptr,
                          kend_stride, H, PN, max_chunks, BLOCK: tl.constexpr, HAS_INIT: tl.constexpr,
-                         HAS_FINAL: tl.constexpr, REVERSE: tl.constexpr, KEND: tl.constexpr):
+                         HAS_FINAL: tl.constexpr, REVERSE: tl.constexpr, KEND: tl.constexpr, COPY_S: tl.constexpr):
     s = tl.program_id(0).to(tl.int64)
     h = tl.program_id(1).to(tl.int64)
     blk = tl.program_id(2)
@@ -76,9 +77,10 @@ def state_passing_kernel(x_ptr, g_ptr, init_ptr, final_ptr, seq_table_ptr, out_p
         at = (c * H + h) * PN + o
         tl.store(out_ptr + at, x.to(out_ptr.dtype.element_ty), mask=m & live)
         if KEND:
-            s_in = tl.load(fwd_ptr + at, mask=m & live, other=0.0)
+            s_in = tl.load(fwd_ptr + at, mask=m & live, other=0.0).to(tl.float32)
             tl.store(kend_ptr + blk * kend_stride + c * H + h, fast_exp(g) * tl.sum(s_in * x, 0), mask=live)
-            tl.store(fwd16_ptr + at, s_in.to(fwd16_ptr.dtype.element_ty), mask=m & live)
+            if COPY_S:
+                tl.store(fwd16_ptr + at, s_in.to(fwd16_ptr.dtype.element_ty), mask=m & live)
         x = tl.where(live, fast_exp(g) * x + loc, x)
     if HAS_FINAL:
         tl.store(final_ptr + (s * H + h) * PN + o, x, mask=m)
@@ -102,7 +104,8 @@ def state_passing(X, gsum, seq_table, max_chunks: int, init=None, final=None, re
     assert out.shape == X.shape and (kend is None or reverse), "out: X's shape; kend: the reverse pass only"
     fwd, fwd16, parts = kend if kend is not None else (X, X, X)
     launch(state_passing_kernel, (seq_table.shape[0], H, state_slabs(PN, block)),
-        X, gsum, init if init is not None else X, final if final is not None else X, seq_table, out, fwd, fwd16,
-        parts, parts.stride(0), H, PN, max_chunks, BLOCK=_block(PN, block), HAS_INIT=init is not None,
-        HAS_FINAL=final is not None, REVERSE=reverse, KEND=kend is not None, num_warps=4)
+        X, gsum, init if init is not None else X, final if final is not None else X, seq_table, out, fwd,
+        fwd16 if fwd16 is not None else fwd, parts, parts.stride(0), H, PN, max_chunks, BLOCK=_block(PN, block),
+        HAS_INIT=init is not None, HAS_FINAL=final is not None, REVERSE=reverse, KEND=kend is not None,
+        COPY_S=fwd16 is not None, num_warps=4)
     return out

@@ -17,25 +17,25 @@ def make_case(dtype=torch.float32, B=2, T=17, H=2, G=1, N=16, P=16, A=4, states=
                        seed=seed)
 
 
-def siso_kernel(chunk_size, precision="ieee"):
+def siso_kernel(chunk_size, precision="ieee", save_states=False):
     """siso_triton with the keyword arguments of an inputs dict; checks that the output keeps v's dtype."""
     from .function import siso_triton
 
     def run(**a):
         out, states = siso_triton(a["q"], a["k"], a["v"], a["adt"], a["dt"], a["trap"], a["q_bias"], a["k_bias"],
                                   a["angles"], a.get("D"), a.get("z"), a.get("input_states"), chunk_size,
-                                  a.get("cu_seqlens"), precision)
+                                  a.get("cu_seqlens"), precision, save_states=save_states)
         assert out.dtype == a["v"].dtype
         return out, states
     return run
 
 
-def run_and_compare(args, chunk_size, reference=None, precision="ieee", tols=None):
+def run_and_compare(args, chunk_size, reference=None, precision="ieee", tols=None, save_states=False):
     """siso_triton against the float64 reference (default: the recurrent definition) on the same inputs: output,
     final states and every gradient; asserts the dtype's bars (or ``tols`` = (output, gradient))."""
     from mamba3.reference import siso_recurrent
 
-    errs = compare(siso_kernel(chunk_size, precision), reference or siso_recurrent, args)
+    errs = compare(siso_kernel(chunk_size, precision, save_states), reference or siso_recurrent, args)
     assert_within_contract(errs, args["v"].dtype, tols)
     print(", ".join(f"{k}={e:.2e}" for k, e in errs.items()))
     return errs

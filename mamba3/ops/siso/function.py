@@ -130,17 +130,21 @@ def _chunk_sums(ctx, adt, dt, trap, angles, input_states, off=None):
     return gsum, coef, off, final_angle
 
 
-def _states(ctx, q, k, v, adt, dt, trap, q_bias, k_bias, angles, input_states, off=None, for_output=False):
+def _states(ctx, q, k, v, adt, dt, trap, q_bias, k_bias, angles, input_states, off=None, for_output=False,
+            states=True):
     """Forward steps 1–3: θ offsets (``off``: already known), the per-token coefficient table (cs, γ, scale) and
     the state entering every chunk (nchunks, H, P, N): fp32, or with ``for_output`` (the forward, whose output
-    kernel is the only reader) as ``_chunk_states`` stores them for the output kernel."""
+    kernel is the only reader) as ``_chunk_states`` stores them for the output kernel; without ``states`` (a
+    backward with the forward's copy) None, and no final state."""
     ch = ctx.chunks
     H, A = ctx.H, ctx.A
     gsum, coef, off, final_angle = _chunk_sums(ctx, adt, dt, trap, angles, input_states, off)
     rot, plane = rotation_planes(angles, dt, off, ch, H, A)
     s0, w0 = _s_init(ctx, dt, trap, input_states)
-    final_ssm = torch.empty(ch.nseq, H, ctx.P, ctx.N, device=v.device, dtype=torch.float32)
-    st = _chunk_states(ctx, 0, v, None, k, k_bias, coef, rot, plane, gsum, s0, final_ssm, for_output=for_output)
+    st = final_ssm = None
+    if states:
+        final_ssm = torch.empty(ch.nseq, H, ctx.P, ctx.N, device=v.device, dtype=torch.float32)
+        st = _chunk_states(ctx, 0, v, None, k, k_bias, coef, rot, plane, gsum, s0, final_ssm, for_output=for_output)
     return (rot, plane), gsum, coef, st, final_angle, final_ssm, w0, off
 
 
@@ -180,9 +184,10 @@ def _chunk_states(ctx, mode, x, z, k, k_bias, coef, rot, plane, gsum, init, fina
     ``_scan_states`` says so, else the chunk-parallel local terms (fp32) and ``common.state_passing``.
     ``for_output`` (the forward's states, read only by the output kernel, which rounds them to its 16-bit dot dtype):
     with ``SisoConfig.states16`` they are stored in that dtype (bit-identical results; the chunk-parallel path's local
-    terms stay fp32 in a buffer of their own). ``kend`` (MODE 1 where ``_bwd_states16``): (fp32 states S from MODE 0,
-    a 16-bit buffer for their copy, the (``_kend_blocks``, nchunks, H) fp32 partials of e^{cs_L}⟨dSe, S⟩); dS is
-    then stored in that buffer's (the dot) dtype."""
+    terms stay fp32 in a buffer of their own). ``kend`` (MODE 1 where ``_bwd_states16``): (states S, a 16-bit buffer
+    for their copy, the (``_kend_blocks``, nchunks, H) fp32 partials of e^{cs_L}⟨dSe, S⟩), S the fp32 ones of MODE 0,
+    or the forward's 16-bit copy with None for the buffer (nothing to copy); dS is then stored in the copy's (the
+    dot) dtype."""
     ch, cfg = ctx.chunks, ctx.cfg
     H, N, P = ctx.H, ctx.N, ctx.P
     blocks = _state_blocks(ctx)
@@ -190,7 +195,10 @@ def _chunk_states(ctx, mode, x, z, k, k_bias, coef, rot, plane, gsum, init, fina
     # a 16-bit dot dtype means the interleaved 16-bit-dot path (half_dots; never halves), whose dot dtype is the
     # input's (x = v; with kend, that of the copy buffer, which has v's dtype)
     states16 = for_output and cfg.states16 and ctx.dot_dt != tl.float32
-    dtype = kend[1].dtype if kend is not None else x.dtype if states16 else torch.float32
+    if kend is not None:  # dS in the copy's dtype: the S16 buffer's, or that of the forward's copy
+        dtype = (kend[1] if kend[1] is not None else kend[0]).dtype
+    else:
+        dtype = x.dtype if states16 else torch.float32
     st = torch.empty(ch.nchunks, H, P, N, device=x.device, dtype=dtype)
     # the chunk-parallel path's local terms: fp32, in st itself unless st is a 16-bit copy
     local = st if scan or dtype == torch.float32 else torch.empty_like(st, dtype=torch.float32)
@@ -203,9 +211,10 @@ def _chunk_states(ctx, mode, x, z, k, k_bias, coef, rot, plane, gsum, init, fina
     if scan:
         fwd, fwd16, parts = kend if kend is not None else (st, st, st)
         launch(chunk_state_scan_kernel, (ch.nseq * H * blocks,), *common, gsum,
-               init if init is not None else st, final, fwd, fwd16, parts, ch.chunk_table, ch.seq_table,
-               ch.max_chunks, parts.stride(0), ctx.T, ctx.sv_t, ctx.sq_t, H, ctx.HPG, ctx.A, **meta,
-               HAS_INIT=init is not None, REVERSE=mode == 1, KEND=kend is not None)
+               init if init is not None else st, final, fwd, fwd16 if fwd16 is not None else fwd, parts,
+               ch.chunk_table, ch.seq_table, ch.max_chunks, parts.stride(0), ctx.T, ctx.sv_t, ctx.sq_t, H, ctx.HPG,
+               ctx.A, **meta, HAS_INIT=init is not None, REVERSE=mode == 1, KEND=kend is not None,
+               COPY_S=fwd16 is not None)
     else:
         launch(chunk_state_kernel, (ch.nchunks * H * blocks,), *common, ch.chunk_table, ctx.T, ctx.sv_t, ctx.sq_t,
                H, ctx.HPG, ctx.A, **meta)
@@ -217,19 +226,22 @@ def _chunk_states(ctx, mode, x, z, k, k_bias, coef, rot, plane, gsum, init, fina
 class SisoTritonFn(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, adt, dt, trap, q_bias, k_bias, angles, D, z, ang_in, ssm_in, k_in, v_in,
-                cu_seqlens, chunk_size, precision):
+                cu_seqlens, chunk_size, precision, save_states=False):
         tensors = [_c(x) for x in (q, k, v, adt, dt, trap, q_bias, k_bias, angles, D, z)]
         q, k, v, adt, dt, trap, q_bias, k_bias, angles, D, z = tensors
         has_states = ssm_in is not None
         input_states = (_c(ang_in), _c(ssm_in), _c(k_in), _c(v_in)) if has_states else None
         c = _Ctx(q, v, angles, adt, chunk_size, cu_seqlens, precision)
         ch, cfg = c.chunks, c.cfg
-        ctx.save_for_backward(q, k, v, adt, dt, trap, q_bias, k_bias, angles, D, z,
-                              *(input_states if has_states else (None,) * 4))
         ctx.set_materialize_grads(False)
         out = torch.empty_like(v)
         (rot, plane), gsum, coef, st, final_angle, final_ssm, _, off = _states(
             c, q, k, v, adt, dt, trap, q_bias, k_bias, angles, input_states, for_output=True)
+        # save_states: the 16-bit states the output kernel reads, kept where the backward's reverse pass would
+        # otherwise compute them again (_bwd_states16) and round them to this dtype
+        kept = st if save_states and st.dtype != torch.float32 and _bwd_states16(c) else None
+        ctx.save_for_backward(q, k, v, adt, dt, trap, q_bias, k_bias, angles, D, z,
+                              *(input_states if has_states else (None,) * 4), kept)
         # sizes, config and chunk tables (no second host sync for varlen), and the chunks' θ offsets (nchunks, H, A)
         ctx.meta = (c, has_states, off)
         launch(output_kernel, (ch.nchunks * c.H * (c.P // cfg.bp),),
@@ -243,17 +255,17 @@ class SisoTritonFn(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, dout, dfa, dfssm):
-        (q, k, v, adt, dt, trap, q_bias, k_bias, angles, D, z, ang_in, ssm_in, k_in, v_in) = ctx.saved_tensors
+        (q, k, v, adt, dt, trap, q_bias, k_bias, angles, D, z, ang_in, ssm_in, k_in, v_in, kept) = ctx.saved_tensors
         c, has_states, off = ctx.meta
         input_states = (ang_in, ssm_in, k_in, v_in) if has_states else None
         return _backward(c, (q, k, v, adt, dt, trap, q_bias, k_bias, angles, D, z), input_states, dout, dfa, dfssm,
-                         off)
+                         off, kept) + (None,)
 
 
-def _backward(c, tensors, input_states, dout, dfa, dfssm, off=None):
+def _backward(c, tensors, input_states, dout, dfa, dfssm, off=None, kept=None):
     """SisoTritonFn's gradients (every input's, in its order) from its output gradients: recomputes the chunk
-    states (from the forward's θ offsets ``off`` when given), the reverse state pass, the two per-chunk gradient
-    kernels and the angle backward."""
+    states (from the forward's θ offsets ``off`` when given; with ``kept``, the forward's 16-bit states, not at
+    all), the reverse state pass, the two per-chunk gradient kernels and the angle backward."""
     q, k, v, adt, dt, trap, q_bias, k_bias, angles, D, z = tensors
     has_states = input_states is not None
     if has_states:
@@ -265,7 +277,7 @@ def _backward(c, tensors, input_states, dout, dfa, dfssm, off=None):
         dout = torch.zeros_like(v)
     dout = dout.contiguous()
     (rot, plane), gsum, coef, st, _, _, w0, _ = _states(c, q, k, v, adt, dt, trap, q_bias, k_bias, angles,
-                                                        input_states, off)
+                                                        input_states, off, states=kept is None)
     # local dS per chunk and the reverse state pass: the dS arriving at the end of every chunk
     ds_init = torch.empty(ch.nseq, H, P, N, device=dev, dtype=torch.float32)
     ds_final = None if dfssm is None else dfssm.float().contiguous()
@@ -273,8 +285,13 @@ def _backward(c, tensors, input_states, dout, dfa, dfssm, off=None):
     # e^{cs_L}⟨dSe, S⟩ per chunk, in partials: bwd_dv's per P block, or with bwd_states16 the reverse pass's per
     # state block or slab (it then leaves 16-bit copies of S and dS for the two per-chunk kernels)
     bwd16 = _bwd_states16(c)
+    assert kept is None or bwd16, "the forward keeps 16-bit states only for the reverse pass of _bwd_states16"
     kend = torch.empty(_kend_blocks(c) if bwd16 else npb, ch.nchunks, H, device=dev, dtype=torch.float32)
-    if bwd16:
+    if kept is not None:  # ⟨dSe, S⟩ from the forward's 16-bit states, which the per-chunk kernels read
+        dst = _chunk_states(c, 1, dout, z, q, q_bias, coef, rot, plane, gsum, ds_final, ds_init,
+                            kend=(kept, None, kend))
+        st = kept
+    elif bwd16:
         st16 = torch.empty_like(st, dtype=v.dtype)
         dst = _chunk_states(c, 1, dout, z, q, q_bias, coef, rot, plane, gsum, ds_final, ds_init,
                             kend=(st, st16, kend))
@@ -364,15 +381,16 @@ def _backward(c, tensors, input_states, dout, dfa, dfssm, off=None):
 
 @on_device_of
 def siso_triton(q, k, v, adt, dt, trap, q_bias, k_bias, angles, D, z, input_states, chunk_size, cu_seqlens,
-                precision, final_states=True):
+                precision, final_states=True, save_states=False):
     """SISO Mamba-3 on the Triton kernels. Returns (out, (angle, ssm, k, v) final states), or (out, None) with
-    final_states=False (the final k̃ and v are torch ops the caller would discard); see ARCHITECTURE.md."""
+    final_states=False (the final k̃ and v are torch ops the caller would discard); see ARCHITECTURE.md.
+    ``save_states``: :func:`mamba3.mamba3_siso`'s."""
     if v.dtype == torch.float64 or q.dtype == torch.float64:
         raise TypeError("the SISO Triton kernels compute in fp32; use backend='reference' for float64 inputs")
     q_bias, k_bias = _both_biases(q_bias, k_bias)
     ins = input_states if input_states is not None else (None, None, None, None)
     out, fa, fs = SisoTritonFn.apply(q, k, v, adt, dt, trap, q_bias, k_bias, angles, D, z, *ins,
-                                     cu_seqlens, chunk_size, precision)
+                                     cu_seqlens, chunk_size, precision, save_states)
     if not final_states:
         return out, None
     # final k̃ and v: O(NS·H·N) torch ops on the last token of every sequence (autograd routes their gradients,

@@ -159,7 +159,8 @@ def chunk_state_scan_kernel(x_ptr, z_ptr, k_ptr, kb_ptr, coef_ptr, coef_plane, r
                             N: tl.constexpr, P: tl.constexpr, C: tl.constexpr, BN: tl.constexpr, BP: tl.constexpr,
                             MODE: tl.constexpr, HAS_Z: tl.constexpr, HAS_BIAS: tl.constexpr,
                             HALVES: tl.constexpr, DOT_DT: tl.constexpr, PREC: tl.constexpr,
-                            HAS_INIT: tl.constexpr, REVERSE: tl.constexpr, KEND: tl.constexpr, STRIDED: tl.constexpr):
+                            HAS_INIT: tl.constexpr, REVERSE: tl.constexpr, KEND: tl.constexpr, STRIDED: tl.constexpr,
+                            COPY_S: tl.constexpr):
     """``chunk_state_kernel`` and ``common.state_passing`` in one pass (``function._scan_states``): a program per
     (sequence, head, N block, P block) walks the sequence's chunks in order (REVERSE: from the last), stores the
     running state S entering the chunk (REVERSE: the dS leaving it) into st_ptr, then S ← e^{g_c}·S + the chunk's
@@ -173,7 +174,8 @@ def chunk_state_scan_kernel(x_ptr, z_ptr, k_ptr, kb_ptr, coef_ptr, coef_plane, r
     S entering c⟩ (a term of the decay gradient; kend_ptr: (blocks, nchunks, H), block stride kend_stride, summed by
     ``decay_grad_kernel``) and that state rounded into the 16-bit fwd16_ptr, so that the per-chunk gradient kernels,
     whose dots round both states to their 16-bit dtype anyway, read two 16-bit buffers (st_ptr is one then too)
-    instead of two fp32 ones."""
+    instead of two fp32 ones. Without COPY_S fwd_ptr is already such a copy (kept from the forward,
+    ``SisoTritonFn``'s ``save_states``): the partials come from it, and nothing is copied."""
     tl.static_assert(not (KEND and HALVES), "KEND: the 16-bit-dot path's interleaved blocks only")
     s, h, nb, p = state_block_program(H, N, P, BN, BP)
     first = tl.load(seq_table_ptr + s * 2).to(tl.int64)
@@ -200,9 +202,11 @@ def chunk_state_scan_kernel(x_ptr, z_ptr, k_ptr, kb_ptr, coef_ptr, coef_plane, r
             decay = fast_exp(tl.load(g_ptr + c * H + h))
             if KEND:
                 sa, _ = load_state_block(fwd_ptr, (c * H + h) * P * N, p, nb, N, BN, False, False)
+                sa = sa.to(tl.float32)
                 block = tl.program_id(0) % ((N // BN) * (P // BP))
                 tl.store(kend_ptr + block * kend_stride + c * H + h, decay * tl.sum(tl.sum(sa * xa, 1), 0))
-                store_state_block(fwd16_ptr, (c * H + h) * P * N, sa, sa, p, nb, N, BN, False, False)
+                if COPY_S:
+                    store_state_block(fwd16_ptr, (c * H + h) * P * N, sa, sa, p, nb, N, BN, False, False)
             store_state_block(st_ptr, (c * H + h) * P * N, xa, xb, p, nb, N, BN, HALVES, STRIDED)
             xa = decay * xa + la
             if HALVES:

@@ -25,7 +25,9 @@ P = the fp32 path's bp on the architecture (64 on sm_90, 32 elsewhere). The stri
 ``SisoConfig.contiguous_halves=False`` are compiled on that fp32 class, chunk-parallel and on the scan, and for bf16
 at N = 32 (names end in ``-strided``). On the fp32-operand path at P > bp the hand-over goes as per-P-block shares
 (``SisoConfig.bwd_store_a1_blocks``, names ending in ``-a1blocks``: fp32 at P = 128, and bf16 at N = 32, which runs
-on fp32 operands); with the flag off bwd_dqk forms M∘(dY Vᵀ) itself, compiled for fp32 at P = 128.
+on fp32 operands); with the flag off bwd_dqk forms M∘(dY Vᵀ) itself, compiled for fp32 at P = 128. The reverse
+pass of ``mamba3_siso(save_states=True)`` (on the forward's 16-bit states, nothing copied; names ending ``-kept``) is
+compiled for bf16 chunk-parallel and on the scan.
 """
 from __future__ import annotations
 
@@ -64,6 +66,10 @@ def _problem_classes(spec, default_only: bool = False):
         yield torch.bfloat16, None, 32, dict(contiguous_halves=False)
         # SisoConfig.bwd_store_a1_blocks off: at P = 128 (several P blocks) bwd_dqk forms M∘(dY Vᵀ) itself
         yield torch.float32, None, 128, dict(bwd_store_a1_blocks=False)
+        # mamba3_siso(save_states=True) (a call argument, not a config field): the reverse pass on the forward's
+        # 16-bit states, chunk-parallel and on the scan
+        yield torch.bfloat16, None, 128, dict(save_states=True)
+        yield torch.bfloat16, None, 128, dict(_SCAN, save_states=True)
     yield torch.float32, None, 16, {}
     yield torch.bfloat16, None, 32, {}
 
@@ -77,6 +83,8 @@ def _record(spec, dtype, chunk, dstate, changes, headdim=128):
 
     from mamba3.testing.inputs import siso_inputs
 
+    changes = dict(changes)
+    save_states = changes.pop("save_states", False)
     args = siso_inputs(bsz=2, seqlen=256, nheads=2, ngroups=1, dstate=dstate, headdim=headdim,
                        nangles=min(32, dstate // 2), dtype=dtype, states=True, with_D=True, with_z=True)
     leaves = []
@@ -93,7 +101,7 @@ def _record(spec, dtype, chunk, dstate, changes, headdim=128):
         with recording() as rec:
             out, fs = F.siso_triton(args["q"], args["k"], args["v"], args["adt"], args["dt"], args["trap"],
                                     args["q_bias"], args["k_bias"], args["angles"], args["D"], args["z"], states,
-                                    chunk, None, "ieee")
+                                    chunk, None, "ieee", save_states=save_states)
             loss = out.float().sum() + sum(x.float().sum() for x in fs)
             loss.backward()
     finally:
@@ -112,7 +120,7 @@ def aot_launches(arch: int, *, default_only: bool = False) -> list[KernelLaunch]
             if kernel.fn.__name__ in _LIGHT:
                 key = kernel.fn.__name__
             if key == "state_passing_kernel":  # the pass into its fp32 buffer, into a 16-bit copy, and with ⟨dSe, S⟩
-                key = (key, str(args[5].dtype), meta["KEND"])
+                key = (key, str(args[5].dtype), meta["KEND"], meta["COPY_S"])
             if key in seen:
                 continue
             seen.add(key)
@@ -121,6 +129,8 @@ def aot_launches(arch: int, *, default_only: bool = False) -> list[KernelLaunch]
             name = f"{kernel.fn.__name__}-{str(problem[0]).replace('torch.', '')}-{tag}"
             if kernel.fn.__name__ == "state_passing_kernel":
                 name += f"-out{str(args[5].dtype).replace('torch.', '')}" + ("-kend" if meta["KEND"] else "")
+            if meta.get("KEND") and not meta.get("COPY_S", True):
+                name += "-kept"
             if meta.get("STRIDED"):
                 name += "-strided"
             if (meta.get("STORE_A1") or meta.get("LOAD_A1")) and meta["P"] > meta["BP"]:
