@@ -156,8 +156,7 @@ def test_scan_states_choice(dtype, B, T, cu, sms, forced, want):
         F._SPEC_OVERRIDE = None
     if forced is not None:
         ctx.cfg = dataclasses.replace(ctx.cfg, scan_states=forced)
-    blocks = (128 // ctx.cfg.bn) * (64 // ctx.cfg.bp)
-    assert F._scan_states(ctx, ctx.chunks.nseq * 32 * blocks) is want
+    assert F._scan_states(ctx) is want
 
 
 @pytest.mark.parametrize("scan", [True, False], ids=["scan", "chunked"])

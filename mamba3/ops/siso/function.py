@@ -92,9 +92,9 @@ def _head_split(hpg: int, most: int, programs_per_split: int, sm_count: int | No
     return divisors[-1]
 
 
-def _scan_states(ctx, programs: int) -> bool:
-    """Whether the chunk states and their pass run as one scan (``chunk_state_scan_kernel``, ``programs`` of them:
-    sequences × heads × blocks) or chunk-parallel and then ``state_passing``. ``SisoConfig.scan_states`` True / False
+def _scan_states(ctx) -> bool:
+    """Whether the chunk states and their pass run as one scan (``chunk_state_scan_kernel``, one program per
+    sequence, head and state block) or chunk-parallel and then ``state_passing``. ``SisoConfig.scan_states`` True / False
     decides; None (the dispatcher's): the scan on the 16-bit-dot path of dense batches when it gives every SM 1.5
     programs or more. H200, bf16, B·T = 32768 tokens, H = 32, N = 128, P = 64, forward+backward, scan / chunked
     (seventeenth session, ``sweep_siso.py``): B8 (512 programs) 6.81 / 7.32 ms, B4 (256) 6.89 / 7.39, B2 (128)
@@ -103,6 +103,7 @@ def _scan_states(ctx, programs: int) -> bool:
     ch = ctx.chunks
     if ctx.cfg.scan_states is not None:
         return ctx.cfg.scan_states
+    programs = ch.nseq * ctx.H * _state_blocks(ctx)
     return bool(ctx.dot_dt != tl.float32 and ch.equal_chunks and ctx.sm_count and 2 * programs >= 3 * ctx.sm_count)
 
 
@@ -162,7 +163,7 @@ def _bwd_states16(ctx) -> bool:
 def _kend_blocks(ctx) -> int:
     """How many partials of e^{cs_L}⟨dSe, S⟩ per chunk the reverse pass leaves with ``_bwd_states16``: one per state
     block of the scan, or per slab of ``state_passing``."""
-    if _scan_states(ctx, ctx.chunks.nseq * ctx.H * _state_blocks(ctx)):
+    if _scan_states(ctx):
         return _state_blocks(ctx)
     return state_slabs(ctx.P * ctx.N, ctx.cfg.state_block)
 
@@ -191,7 +192,7 @@ def _chunk_states(ctx, mode, x, z, k, k_bias, coef, rot, plane, gsum, init, fina
     ch, cfg = ctx.chunks, ctx.cfg
     H, N, P = ctx.H, ctx.N, ctx.P
     blocks = _state_blocks(ctx)
-    scan = _scan_states(ctx, ch.nseq * H * blocks)
+    scan = _scan_states(ctx)
     # a 16-bit dot dtype means the interleaved 16-bit-dot path (half_dots; never halves), whose dot dtype is the
     # input's (x = v; with kend, that of the copy buffer, which has v's dtype)
     states16 = for_output and cfg.states16 and ctx.dot_dt != tl.float32
