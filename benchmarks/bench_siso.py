@@ -37,8 +37,9 @@ SHAPES = [
     dict(name="varlen8-T32768-H32", B=1, T=32768, H=32, G=1, N=128, P=64, A=32,
          seqlens=(1000, 7000, 3000, 5500, 2268, 6000, 4000, 4000)),
     # mamba3_siso(save_states=True): the backward on the forward's 16-bit chunk states (268 MB more held from forward
-    # to backward here) instead of computing them again
+    # to backward at either shape) instead of computing them again
     dict(name="B8-T4096-H32-save_states", B=8, T=4096, H=32, G=1, N=128, P=64, A=32, save_states=True),
+    dict(name="B1-T32768-H32-save_states", B=1, T=32768, H=32, G=1, N=128, P=64, A=32, save_states=True),
 ]
 DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
 KEYS = ("q", "k", "v", "adt", "dt", "trap", "q_bias", "k_bias", "angles", "D", "z")  # siso_triton's tensors

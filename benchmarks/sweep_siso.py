@@ -1,6 +1,6 @@
 """Sweep SISO kernel configurations on the current GPU (used to choose the dispatcher's defaults).
 
-    python3 benchmarks/sweep_siso.py --out sweep.json [--shape B8|B4|B2|B1] [--headdim 64] [--only NAME,...]
+    python3 benchmarks/sweep_siso.py --out sweep.json [--shape B8|B4|B2|B1|varlen8] [--headdim 64] [--only NAME,...]
 
 For each candidate configuration: the relative Frobenius error of the output and of every gradient against the
 float64 reference on a small case (B=2, T=300, H=4, N=128, P=64, A=32, D, Z, input states: a miscompiled
@@ -22,7 +22,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import torch  # noqa: E402
 from triton.testing import do_bench  # noqa: E402
 
-from benchmarks.bench_siso import DTYPES, make, timed_calls  # noqa: E402
+from benchmarks.bench_siso import DTYPES, SHAPES as BENCH_SHAPES, cu_seqlens, make, timed_calls  # noqa: E402
 from benchmarks.common import kernel_breakdown  # noqa: E402
 from mamba3.ops.siso.configs import SisoConfig  # noqa: E402
 
@@ -94,7 +94,9 @@ CANDIDATES = {
     "fp32-ieee-c32-b32-w4/8": ("fp32", SisoConfig(32, 32, 32, 4, 8, 1, half_dots=False, halves=True)),
 }
 # the issue's B8 T4096 and the same 32768 tokens in fewer, longer sequences (the scan's programs: NS·H·blocks)
-SHAPES = {"B8": (8, 4096), "B4": (4, 8192), "B2": (2, 16384), "B1": (1, 32768)}
+SHAPES = {"B8": (8, 4096), "B4": (4, 8192), "B2": (2, 16384), "B1": (1, 32768), "varlen8": (1, 32768)}
+# varlen8: the 32768 tokens as bench_siso.py's eight packed sequences of unequal lengths (host cu_seqlens)
+VARLEN8 = next(s["seqlens"] for s in BENCH_SHAPES if "seqlens" in s)
 EXACT_SPLIT = {"bf16-joined-c64-w4/8-hs8", "bf16-joined-c64-w4/8-hs4", "bf16-joined-c64-w4/8-hs2",
                "bf16-joined-c64-w4/8-hs1"}
 
@@ -128,7 +130,7 @@ def accuracy(cfg, dtype, exact_split=False, headdim=64):
 
 
 def timing(cfg, shape, dtype, exact_split=False):
-    fwd, fwdbwd, leaves = timed_calls(make(shape, dtype))
+    fwd, fwdbwd, leaves = timed_calls(make(shape, dtype), cu_seqlens(shape))
     with forced(cfg, exact_split):
         with torch.no_grad():
             tf = do_bench(fwd, warmup=10, rep=100)
@@ -145,6 +147,8 @@ def main():
     ap.add_argument("--only", default="", help="comma-separated candidate names (default: all)")
     a = ap.parse_args()
     shape = dict(B=SHAPES[a.shape][0], T=SHAPES[a.shape][1], H=32, G=1, N=128, P=a.headdim, A=32)
+    if a.shape == "varlen8":
+        shape["seqlens"] = VARLEN8
     names = a.only.split(",") if a.only else list(CANDIDATES)
     res = []
     for name in names:
