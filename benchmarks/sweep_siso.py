@@ -47,6 +47,10 @@ CANDIDATES = {
     "bf16-joined-c64-w4/8-scan": ("bf16", SisoConfig(64, 64, 64, 4, 8, 1, scan_states=True)),
     # the forward's chunk states in fp32 where the scan runs (before SisoConfig.states16 became the default: half the
     # state traffic of the scan's stores and the output kernel's loads; bit-identical results)
+    # the scan's walk without its next chunk's table row loaded a step ahead (SisoConfig.scan_prefetch 0; the
+    # default is 1), and with the row two steps ahead and the coefficients one (2)
+    "bf16-joined-c64-w4/8-pf0": ("bf16", SisoConfig(64, 64, 64, 4, 8, 1, scan_prefetch=0)),
+    "bf16-joined-c64-w4/8-pf2": ("bf16", SisoConfig(64, 64, 64, 4, 8, 1, scan_prefetch=2)),
     "bf16-joined-c64-w4/8-states32": ("bf16", SisoConfig(64, 64, 64, 4, 8, 1, states16=False)),
     # the thirty-seventh session's backward (both now-default flags off): per-chunk kernels on the fp32 S and dS, ⟨dSe,
     # S⟩ in bwd_dv (SisoConfig.bwd_states16), and bwd_dqk forming M∘(dY Vᵀ) itself per N block (bwd_store_a1); each
@@ -62,6 +66,11 @@ CANDIDATES = {
     "bf16-joined-c64-w4/8-bwd32": ("bf16", SisoConfig(64, 64, 64, 4, 8, 1, bwd_states16=False, bwd_store_a1=False)),
     "bf16-joined-c64-w4/8-bwd32-a1": ("bf16", SisoConfig(64, 64, 64, 4, 8, 1, bwd_states16=False)),
     "bf16-joined-c64-w4/8-no-a1": ("bf16", SisoConfig(64, 64, 64, 4, 8, 1, bwd_store_a1=False)),
+    # chunk 32 on 16-bit dots: C×C tiles a quarter of chunk 64's (the registers' largest tenant) for twice the
+    # chunks' state traffic. H100 (forty-eighth session, siso_c32_sweep_h100.md): forward+backward 6.37 (c64) →
+    # 9.33 / 9.79 ms, bwd_dv 1.42 → 3.65 / 3.75
+    "bf16-joined-c32-w4/4": ("bf16", SisoConfig(32, 64, 64, 4, 4, 1)),
+    "bf16-joined-c32-w4/8": ("bf16", SisoConfig(32, 64, 64, 4, 8, 1)),
     "fp32-x3-c32-b32-w4/8": ("fp32", SisoConfig(32, 32, 32, 4, 8, 1, half_dots=False, halves=True,
                                                 fp32_prec="tf32x3")),
     "fp32-x3-c64-b32-w4/8": ("fp32", SisoConfig(64, 32, 32, 4, 8, 1, half_dots=False, halves=True,

@@ -68,20 +68,21 @@ def test_scan_states(feature, dtype, monkeypatch):
     _check(_case(dtype=DT[dtype], N=128, P=128, A=32, **FEATURES[feature]))
 
 
-def _same_with_flag_on(args, flag, monkeypatch, reordered=(), scan=True, exact_forward=True):
-    """Run ``args`` with the SisoConfig ``flag`` off, then on (on the forced scan, or with ``scan=False`` on the forced
-    chunk-parallel path): the same output, final states and gradients bit for bit (those in ``reordered``, or every
-    gradient with "all", sums taken in another order: within 1e-6; without ``exact_forward``, the output and final
-    states within 1e-6 too), then the flag's run within the bars against float64."""
+def _same_with_flag_on(args, flag, monkeypatch, reordered=(), scan=True, exact_forward=True, on=True, off=False):
+    """Run ``args`` with the SisoConfig ``flag`` off, then on (the values ``off`` and ``on``; on the forced scan, or
+    with ``scan=False`` on the forced chunk-parallel path): the same output, final states and gradients bit for bit
+    (those in ``reordered``, or every gradient with "all", sums taken in another order: within 1e-6; without
+    ``exact_forward``, the output and final states within 1e-6 too), then the flag's run within the bars against
+    float64."""
     from mamba3.ops.siso.check import force_config, siso_kernel
     from mamba3.testing.compare import with_grads
     from mamba3.testing.errors import rel_frobenius
 
     forced = dict(scan_states=scan)
-    force_config(monkeypatch, **forced, **{flag: False})
+    force_config(monkeypatch, **forced, **{flag: off})
     want = with_grads(siso_kernel(None), args)
     monkeypatch.undo()
-    force_config(monkeypatch, **forced, **{flag: True})
+    force_config(monkeypatch, **forced, **{flag: on})
     got = with_grads(siso_kernel(None), args, want[3])
     for name, a, b in [("output", got[0], want[0])] + [(f"final state {i}", a, b)
                                                        for i, (a, b) in enumerate(zip(got[1], want[1]))]:
@@ -120,6 +121,16 @@ def test_backward_states16(feature, dtype, path, monkeypatch):
     order: within 1e-6), and within the bars against float64."""
     _same_with_flag_on(_case(dtype=DT[dtype], N=128, P=128, A=32, **FEATURES[feature]), "bwd_states16",
                        monkeypatch, reordered=("adt",), scan=path == "scan")
+
+
+@pytest.mark.parametrize("prefetch", [1, 2])
+@pytest.mark.parametrize("feature", ["base", "states", "varlen-states", "T-odd"])
+@pytest.mark.parametrize("dtype", ["bf16", "fp32"])
+def test_scan_prefetch(feature, dtype, prefetch, monkeypatch):
+    """``SisoConfig.scan_prefetch`` (the scan's next table rows and coefficients loaded a step or two ahead): bit for
+    bit the results of the walk without it, and within the bars against float64."""
+    _same_with_flag_on(_case(dtype=DT[dtype], N=128, P=128, A=32, **FEATURES[feature]), "scan_prefetch", monkeypatch,
+                       on=prefetch, off=0)
 
 
 @pytest.mark.parametrize("path", ["scan", "chunked"])

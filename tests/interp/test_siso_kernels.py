@@ -128,6 +128,27 @@ def test_siso_scan_states(name, monkeypatch):
     assert "chunk_state_kernel" not in launched and launched.count("chunk_state_scan_kernel") == 3, launched
 
 
+@pytest.mark.parametrize("prefetch", [1, 2])
+def test_siso_scan_prefetch(prefetch, monkeypatch):
+    """``SisoConfig.scan_prefetch``: the scan's walk with the next chunks' table rows (and coefficients) loaded ahead
+    gives bit for bit the results of the walk without, on sequences of unequal chunk counts (steps past a sequence's
+    end, and look-ahead past its last chunk), and meets the float64 bars."""
+    from mamba3.ops.siso.check import force_config
+    from mamba3.testing.compare import with_grads
+
+    args = make_case(dtype=torch.float32, B=1, T=45, N=32, P=16, A=8, cu=[0, 10, 45], states=True)
+    force_config(monkeypatch, scan_states=True)
+    want = with_grads(siso_kernel(16), args)
+    monkeypatch.undo()
+    force_config(monkeypatch, scan_states=True, scan_prefetch=prefetch)
+    got = with_grads(siso_kernel(16), args, want[3])
+    assert torch.equal(got[0], want[0]) and all(torch.equal(a, b) for a, b in zip(got[1], want[1]))
+    for name in want[2]:
+        assert (got[2][name] is None) == (want[2][name] is None), name
+        assert got[2][name] is None or torch.equal(got[2][name], want[2][name]), name
+    run_and_compare(args, 16)
+
+
 @pytest.mark.parametrize("dtype,B,T,cu,sms,forced,want", [
     ("bf16", 8, 4096, None, 132, None, True),     # H200 at the issue's shape: 512 programs
     ("bf16", 4, 8192, None, 132, None, True),     # 256 programs (≥ 1.5 per SM)

@@ -96,6 +96,19 @@ def chunk_coefficients(coef_ptr, plane, base, t0, L, C: tl.constexpr):
 
 
 @triton.jit
+def coefficient_loads(coef_ptr, plane, base, t0, L, C: tl.constexpr):
+    """The loads of :func:`chunk_coefficients` without its select: (cs_last, cs with 0 in rows i ≥ L, γ, scale), for
+    a walk over chunks that issues them a chunk ahead of their use (``SisoConfig.scan_prefetch``). chunk_coefficients
+    keeps its own loads: built on this function, its select moved after the last load and the SASS of every kernel
+    using it changed (sm_90, forty-eighth session)."""
+    i = tl.arange(0, C)
+    m = i < L
+    row = coef_ptr + base + t0
+    return (tl.load(row + L - 1), tl.load(row + i, mask=m, other=0.0), tl.load(row + plane + i, mask=m, other=0.0),
+            tl.load(row + 2 * plane + i, mask=m, other=0.0))
+
+
+@triton.jit
 def reverse_cumsum(x):
     """Σ_{s ≥ t} x_s along axis 0 of a chunk's rows (the inclusive reverse cumsum), as total − cumsum + x."""
     return tl.sum(x, 0, keep_dims=True) - tl.cumsum(x, 0) + x

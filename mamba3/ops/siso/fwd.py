@@ -38,24 +38,26 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from ..common.tiles import (add_bias_pairs, batch_strides, chunk_row, chunk_coefficients, fast_exp, fast_sigmoid,
-                            head_angle_rows, join_pairs, load_pairs, rotation_tile, split_pairs)
+from ..common.tiles import (add_bias_pairs, batch_strides, chunk_row, chunk_coefficients, coefficient_loads, fast_exp,
+                            fast_sigmoid, head_angle_rows, join_pairs, load_pairs, rotation_tile, split_pairs)
 
 
 @triton.jit
-def local_chunk_state(x_ptr, z_ptr, k_ptr, kb_ptr, coef_ptr, coef_plane, rot_ptr, rot_plane, table_ptr, c, h, nb, p,
-                      T, sx_t, sk_t, H, HPG, A,
+def local_chunk_state(x_ptr, z_ptr, k_ptr, kb_ptr, rot_ptr, rot_plane, bidx, t0, L, cs_last, cs_rows, scale, h, nb,
+                      p, T, sx_t, sk_t, H, HPG, A,
                       N: tl.constexpr, P: tl.constexpr, C: tl.constexpr, BN: tl.constexpr, BP: tl.constexpr,
                       MODE: tl.constexpr, HAS_Z: tl.constexpr, HAS_BIAS: tl.constexpr,
                       HALVES: tl.constexpr, DOT_DT: tl.constexpr, PREC: tl.constexpr, STRIDED: tl.constexpr):
     """Σ_j w_j·x_j k̃_jᵀ over the tokens j of chunk c for head h, state rows p and N block nb (fp32). MODE 0: x = v,
     k̃ = R(θ)(k + b_k), w = e^{cs_L − cs_j}·scale_j (the local state); MODE 1: x = dO ⊙ silu(z), k̃ = q̃, w = e^{cs_j}
-    (the backward's local dS). Returns the (even, odd) column halves, [BP, BN/2] each, with HALVES, else the
-    [BP, BN] block (twice)."""
-    sx_b, sk_b, s_h, s_b, _ = batch_strides(T, H, sx_t, sk_t, 0)
-    bidx, t0, L, t_end = chunk_row(table_ptr, c)
+    (the backward's local dS). The chunk is given by its table row (bidx, t0, L) and :func:`coefficient_loads`' cs_last,
+    cs_rows and scale. Returns the (even, odd) column halves, [BP, BN/2] each, with HALVES, else the [BP, BN] block
+    (twice)."""
+    sx_b, sk_b, _, _, _ = batch_strides(T, H, sx_t, sk_t, 0)
     g = h // HPG
-    i, m, gamma, scale, cs, cs_last = chunk_coefficients(coef_ptr, coef_plane, bidx * s_b + h * s_h, t0, L, C)
+    i = tl.arange(0, C)
+    m = i < L
+    cs = tl.where(m, cs_rows, cs_last)
     t = t0 + i
     xrow = bidx * sx_b + t * sx_t + h * P
     if MODE == 0:
@@ -146,10 +148,24 @@ def chunk_state_kernel(x_ptr, z_ptr, k_ptr, kb_ptr, coef_ptr, coef_plane, rot_pt
     """The local state (MODE 0) or local dS (MODE 1) of every chunk, :func:`local_chunk_state`, into st_ptr (grid:
     chunks × H × blocks)."""
     c, h, nb, p = state_block_program(H, N, P, BN, BP)
-    a, b = local_chunk_state(x_ptr, z_ptr, k_ptr, kb_ptr, coef_ptr, coef_plane, rot_ptr, rot_plane, table_ptr, c, h,
+    _, _, s_h, s_b, _ = batch_strides(T, H, sx_t, sk_t, 0)
+    bidx, t0, L, _ = chunk_row(table_ptr, c)
+    cs_last, cs_rows, _, scale = coefficient_loads(coef_ptr, coef_plane, bidx * s_b + h * s_h, t0, L, C)
+    a, b = local_chunk_state(x_ptr, z_ptr, k_ptr, kb_ptr, rot_ptr, rot_plane, bidx, t0, L, cs_last, cs_rows, scale, h,
                              nb, p, T, sx_t, sk_t, H, HPG, A, N, P, C, BN, BP, MODE, HAS_Z, HAS_BIAS, HALVES, DOT_DT,
                              PREC, STRIDED)
     store_state_block(st_ptr, (c * H + h) * P * N, a, b, p, nb, N, BN, HALVES, STRIDED)
+
+
+@triton.jit
+def walk_chunk(first, n, jj, REVERSE: tl.constexpr):
+    """The chunk at step jj of a walk over a sequence's n ≥ 1 chunks from chunk ``first`` (REVERSE: from its last);
+    steps past the end give the walk's last chunk."""
+    jj = tl.minimum(jj, n - 1)
+    if REVERSE:
+        return first + n - 1 - jj
+    else:
+        return first + jj
 
 
 @triton.jit(do_not_specialize=["T", "rot_plane", "coef_plane", "max_chunks", "kend_stride"])
@@ -160,7 +176,7 @@ def chunk_state_scan_kernel(x_ptr, z_ptr, k_ptr, kb_ptr, coef_ptr, coef_plane, r
                             MODE: tl.constexpr, HAS_Z: tl.constexpr, HAS_BIAS: tl.constexpr,
                             HALVES: tl.constexpr, DOT_DT: tl.constexpr, PREC: tl.constexpr,
                             HAS_INIT: tl.constexpr, REVERSE: tl.constexpr, KEND: tl.constexpr, STRIDED: tl.constexpr,
-                            COPY_S: tl.constexpr):
+                            COPY_S: tl.constexpr, PREFETCH: tl.constexpr):
     """``chunk_state_kernel`` and ``common.state_passing`` in one pass (``function._scan_states``): a program per
     (sequence, head, N block, P block) walks the sequence's chunks in order (REVERSE: from the last), stores the
     running state S entering the chunk (REVERSE: the dS leaving it) into st_ptr, then S ← e^{g_c}·S + the chunk's
@@ -188,17 +204,36 @@ def chunk_state_scan_kernel(x_ptr, z_ptr, k_ptr, kb_ptr, coef_ptr, coef_plane, r
     else:
         xa = tl.zeros((BP, BN), dtype=tl.float32)
         xb = xa
+    sx_b, sk_b, s_h, s_b, sa_b = batch_strides(T, H, sx_t, sk_t, 0)
+    # PREFETCH (``SisoConfig.scan_prefetch``): each step's loads wait on its table row, and the select that forms cs
+    # (which every weight of the step needs) on the coefficient loads that wait on the row in turn. 1: the row is
+    # loaded a step ahead; 2: the row two steps ahead and the coefficients one (the walk's last steps load the last
+    # chunk's again, unused)
+    if PREFETCH >= 1:
+        bidx1, t01, L1, t_end1 = chunk_row(table_ptr, walk_chunk(first, n, 0, REVERSE))
+    if PREFETCH == 2:
+        cl1, cr1, gamma1, sc1 = coefficient_loads(coef_ptr, coef_plane, bidx1 * s_b + h * s_h, t01, L1, C)
+        bidx2, t02, L2, t_end2 = chunk_row(table_ptr, walk_chunk(first, n, 1, REVERSE))
     # the trip count is a host int (the longest sequence's chunk count), as in common.state_passing: a loop bound
     # loaded from memory is fine compiled but not in the interpreter
     for jj in range(max_chunks):
         if jj < n:
-            if REVERSE:
-                c = first + n - 1 - jj
+            c = walk_chunk(first, n, jj, REVERSE)
+            if PREFETCH == 0:
+                bidx, t0, L, t_end = chunk_row(table_ptr, c)
+                cs_last, cs_rows, gamma, scale = coefficient_loads(coef_ptr, coef_plane, bidx * s_b + h * s_h, t0, L, C)
+            elif PREFETCH == 1:
+                bidx, t0, L = bidx1, t01, L1
+                cs_last, cs_rows, gamma, scale = coefficient_loads(coef_ptr, coef_plane, bidx * s_b + h * s_h, t0, L, C)
+                bidx1, t01, L1, t_end1 = chunk_row(table_ptr, walk_chunk(first, n, jj + 1, REVERSE))
             else:
-                c = first + jj
-            la, lb = local_chunk_state(x_ptr, z_ptr, k_ptr, kb_ptr, coef_ptr, coef_plane, rot_ptr, rot_plane,
-                                       table_ptr, c, h, nb, p, T, sx_t, sk_t, H, HPG, A, N, P, C, BN, BP, MODE, HAS_Z,
-                                       HAS_BIAS, HALVES, DOT_DT, PREC, STRIDED)
+                bidx, t0, L, cs_last, cs_rows, scale = bidx1, t01, L1, cl1, cr1, sc1
+                bidx1, t01, L1 = bidx2, t02, L2
+                cl1, cr1, gamma1, sc1 = coefficient_loads(coef_ptr, coef_plane, bidx1 * s_b + h * s_h, t01, L1, C)
+                bidx2, t02, L2, t_end2 = chunk_row(table_ptr, walk_chunk(first, n, jj + 2, REVERSE))
+            la, lb = local_chunk_state(x_ptr, z_ptr, k_ptr, kb_ptr, rot_ptr, rot_plane, bidx, t0, L, cs_last,
+                                       cs_rows, scale, h, nb, p, T, sx_t, sk_t, H, HPG, A, N, P, C, BN, BP, MODE,
+                                       HAS_Z, HAS_BIAS, HALVES, DOT_DT, PREC, STRIDED)
             decay = fast_exp(tl.load(g_ptr + c * H + h))
             if KEND:
                 sa, _ = load_state_block(fwd_ptr, (c * H + h) * P * N, p, nb, N, BN, False, False)
