@@ -136,8 +136,8 @@ class SisoConfig:
     # sm_90 (P = 64) bwd_dv 1232 → 1268 B, bwd_dqk 944 → 992; sm_100 (P = 32) bwd_dv 852 → 876, bwd_dqk 1044 → 1008.
     contiguous_halves: bool = True
     # chunk_state_scan_kernel's walk: each step's loads wait on the chunk's table row, and the select forming cs
-    # (which all the step's weights need; Nsight Compute, H100, forty-eighth session: 25-33 % of the scan's warp
-    # samples on it) on coefficient loads that wait on that row. 1: the row loaded a step ahead; 2: the row two
+    # (which all the step's weights need; Nsight Compute, H100, forty-eighth session: 34 % of the forward scan's warp
+    # samples on FSEL) on coefficient loads that wait on that row. 1: the row loaded a step ahead; 2: the row two
     # steps ahead and the coefficients (cs, scale) one step ahead, carried in registers; 0: neither. Bit-identical.
     # AOT sm_90 registers (MODE 0 / recompute / reverse) 185 / 214 / 255 → 201 / 227 / 252 (1), 202 / 225 / 250 (2),
     # no spills. H100, B8 T4096 bf16 (sweep_siso.py, alternated runs): the scan's three launches 1.589-1.620 →
