@@ -131,13 +131,13 @@ def test_siso_scan_states(name, monkeypatch):
 @pytest.mark.parametrize("prefetch", [1, 2])
 def test_siso_scan_prefetch(prefetch, monkeypatch):
     """``SisoConfig.scan_prefetch``: the scan's walk with the next chunks' table rows (and coefficients) loaded ahead
-    gives bit for bit the results of the walk without, on sequences of unequal chunk counts (steps past a sequence's
-    end, and look-ahead past its last chunk), and meets the float64 bars."""
+    (1, the default, and 2) gives bit for bit the results of the walk without (0), on sequences of unequal chunk
+    counts (steps past a sequence's end, and look-ahead past its last chunk), and meets the float64 bars."""
     from mamba3.ops.siso.check import force_config
     from mamba3.testing.compare import with_grads
 
     args = make_case(dtype=torch.float32, B=1, T=45, N=32, P=16, A=8, cu=[0, 10, 45], states=True)
-    force_config(monkeypatch, scan_states=True)
+    force_config(monkeypatch, scan_states=True, scan_prefetch=0)
     want = with_grads(siso_kernel(16), args)
     monkeypatch.undo()
     force_config(monkeypatch, scan_states=True, scan_prefetch=prefetch)

@@ -94,8 +94,8 @@ def _head_split(hpg: int, most: int, programs_per_split: int, sm_count: int | No
 
 def _scan_states(ctx) -> bool:
     """Whether the chunk states and their pass run as one scan (``chunk_state_scan_kernel``, one program per
-    sequence, head and state block) or chunk-parallel and then ``state_passing``. ``SisoConfig.scan_states`` True / False
-    decides; None (the dispatcher's): the scan on the 16-bit-dot path of dense batches when it gives every SM 1.5
+    sequence, head and state block) or chunk-parallel and then ``state_passing``. ``SisoConfig.scan_states`` True /
+    False decides; None (the dispatcher's): the scan on the 16-bit-dot path of dense batches when it gives every SM 1.5
     programs or more. H200, bf16, B·T = 32768 tokens, H = 32, N = 128, P = 64, forward+backward, scan / chunked
     (seventeenth session, ``sweep_siso.py``): B8 (512 programs) 6.81 / 7.32 ms, B4 (256) 6.89 / 7.39, B2 (128)
     7.63 / 7.38, B1 (64) 9.45 / 7.50. The fp32 path's scan was no faster (B8 42.6 / 42.3 ms) and stays chunked, as
