@@ -45,10 +45,13 @@ CANDIDATES = {
     # the chunk states and their pass across chunks in one kernel per (sequence, head, block): one fp32 state write +
     # read less per pass, NS·H·2 programs (512 at B8 T4096, 64 at B1 T32768; the launcher's rule comes from B8-B1)
     "bf16-joined-c64-w4/8-scan": ("bf16", SisoConfig(64, 64, 64, 4, 8, 1, scan_states=True)),
-    # the scan's walk without its next chunk's table row loaded a step ahead (SisoConfig.scan_prefetch 0; the
-    # default is 1), and with the row two steps ahead and the coefficients one (2)
-    "bf16-joined-c64-w4/8-pf0": ("bf16", SisoConfig(64, 64, 64, 4, 8, 1, scan_prefetch=0)),
-    "bf16-joined-c64-w4/8-pf2": ("bf16", SisoConfig(64, 64, 64, 4, 8, 1, scan_prefetch=2)),
+    # the scan's walks (forward, recompute, reverse) without the next chunk's table row loaded a step ahead
+    # (SisoConfig.scan_prefetch 0), and with the row two steps ahead and the coefficients one (2), per walk
+    "bf16-joined-c64-w4/8-pf000": ("bf16", SisoConfig(64, 64, 64, 4, 8, 1, scan_prefetch=(0, 0, 0))),
+    "bf16-joined-c64-w4/8-pf111": ("bf16", SisoConfig(64, 64, 64, 4, 8, 1, scan_prefetch=(1, 1, 1))),
+    "bf16-joined-c64-w4/8-pf222": ("bf16", SisoConfig(64, 64, 64, 4, 8, 1, scan_prefetch=(2, 2, 2))),
+    "bf16-joined-c64-w4/8-pf211": ("bf16", SisoConfig(64, 64, 64, 4, 8, 1, scan_prefetch=(2, 1, 1))),
+    "bf16-joined-c64-w4/8-pf221": ("bf16", SisoConfig(64, 64, 64, 4, 8, 1, scan_prefetch=(2, 2, 1))),
     # the forward's chunk states in fp32 where the scan runs (before SisoConfig.states16 became the default: half the
     # state traffic of the scan's stores and the output kernel's loads; bit-identical results)
     "bf16-joined-c64-w4/8-states32": ("bf16", SisoConfig(64, 64, 64, 4, 8, 1, states16=False)),

@@ -130,7 +130,7 @@ def test_scan_prefetch(feature, dtype, prefetch, monkeypatch):
     """``SisoConfig.scan_prefetch`` (the scan's next table rows and coefficients loaded a step or two ahead): bit for
     bit the results of the walk without it, and within the bars against float64."""
     _same_with_flag_on(_case(dtype=DT[dtype], N=128, P=128, A=32, **FEATURES[feature]), "scan_prefetch", monkeypatch,
-                       on=prefetch, off=0)
+                       on=(prefetch,) * 3, off=(0, 0, 0))
 
 
 @pytest.mark.parametrize("path", ["scan", "chunked"])

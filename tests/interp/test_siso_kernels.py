@@ -130,17 +130,17 @@ def test_siso_scan_states(name, monkeypatch):
 
 @pytest.mark.parametrize("prefetch", [1, 2])
 def test_siso_scan_prefetch(prefetch, monkeypatch):
-    """``SisoConfig.scan_prefetch``: the scan's walk with the next chunks' table rows (and coefficients) loaded ahead
-    (1, the default, and 2) gives bit for bit the results of the walk without (0), on sequences of unequal chunk
-    counts (steps past a sequence's end, and look-ahead past its last chunk), and meets the float64 bars."""
+    """``SisoConfig.scan_prefetch``: the scan's walks with the next chunks' table rows (and coefficients) loaded
+    ahead (1 or 2 in all three walks) give bit for bit the results of the walks without (0), on sequences of unequal
+    chunk counts (steps past a sequence's end, and look-ahead past its last chunk), and meet the float64 bars."""
     from mamba3.ops.siso.check import force_config
     from mamba3.testing.compare import with_grads
 
     args = make_case(dtype=torch.float32, B=1, T=45, N=32, P=16, A=8, cu=[0, 10, 45], states=True)
-    force_config(monkeypatch, scan_states=True, scan_prefetch=0)
+    force_config(monkeypatch, scan_states=True, scan_prefetch=(0, 0, 0))
     want = with_grads(siso_kernel(16), args)
     monkeypatch.undo()
-    force_config(monkeypatch, scan_states=True, scan_prefetch=prefetch)
+    force_config(monkeypatch, scan_states=True, scan_prefetch=(prefetch,) * 3)
     got = with_grads(siso_kernel(16), args, want[3])
     assert torch.equal(got[0], want[0]) and all(torch.equal(a, b) for a, b in zip(got[1], want[1]))
     for name in want[2]:

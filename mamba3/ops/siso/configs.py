@@ -135,15 +135,18 @@ class SisoConfig:
     # warps; their dispatcher runs 4) 57.25 → 41.62. AOT, the backward's loads contiguous, spill stores per thread:
     # sm_90 (P = 64) bwd_dv 1232 → 1268 B, bwd_dqk 944 → 992; sm_100 (P = 32) bwd_dv 852 → 876, bwd_dqk 1044 → 1008.
     contiguous_halves: bool = True
-    # chunk_state_scan_kernel's walk: each step's loads wait on the chunk's table row, and the select forming cs
-    # (which all the step's weights need; Nsight Compute, H100, forty-eighth session: 34 % of the forward scan's warp
-    # samples on FSEL) on coefficient loads that wait on that row. 1: the row loaded a step ahead; 2: the row two
-    # steps ahead and the coefficients (cs, scale) one step ahead, carried in registers; 0: neither. Bit-identical.
-    # AOT sm_90 registers (MODE 0 / recompute / reverse) 185 / 214 / 255 → 201 / 227 / 252 (1), 202 / 225 / 250 (2),
-    # no spills. H100, B8 T4096 bf16 (sweep_siso.py, alternated runs): the scan's three launches 1.589-1.620 →
-    # 1.527-1.534 ms (1) / 1.549-1.559 (2); forward+backward 6.379-6.401 → 6.297-6.312 / 6.332-6.334; forward
-    # 1.263-1.264 → 1.265-1.268 / 1.229-1.234.
-    scan_prefetch: int = 1
+    # chunk_state_scan_kernel's walks (forward, the backward's recompute, its reverse pass): each step's loads wait
+    # on the chunk's table row, and the select forming cs (which all the step's weights need; Nsight Compute, H100,
+    # forty-eighth session: 34 % of the forward scan's warp samples on FSEL) on coefficient loads that wait on that
+    # row. Per walk: 1 loads the row a step ahead; 2 the row two steps ahead and the coefficients (cs, scale) one
+    # step ahead, carried in registers; 0 neither. Bit-identical. AOT sm_90 registers (forward / recompute /
+    # reverse) 185 / 214 / 255 → 201 / 227 / 252 (1), 202 / 225 / 250 (2), no spills. H100, B8 T4096 bf16
+    # (sweep_siso.py, alternated runs), all three walks at 0 / 1 / 2: the scan's three launches 1.589-1.620 /
+    # 1.527-1.534 / 1.549-1.559 ms, forward 1.263-1.264 / 1.265-1.268 / 1.229-1.234, forward+backward 6.379-6.401 /
+    # 6.297-6.312 / 6.332-6.334; then (a later call) (1, 1, 1) / (2, 1, 1) / (2, 2, 1): forward 1.266-1.268 /
+    # 1.226-1.231 / 1.225, forward+backward 6.296-6.326 / 6.236-6.237 / 6.286, the scan 1.507-1.512 / 1.472-1.476 /
+    # 1.508. So the forward walk prefetches its coefficients too, the backward's walks the row only.
+    scan_prefetch: tuple = (2, 1, 1)
 
     def __post_init__(self):
         if self.halves and self.half_dots:
@@ -152,8 +155,8 @@ class SisoConfig:
             raise ValueError("SisoConfig: halves=True needs fp32 dot operands (half_dots=False)")
         if self.fp32_prec not in ("ieee", "tf32x3"):
             raise ValueError(f"SisoConfig: fp32_prec must be 'ieee' or 'tf32x3', got {self.fp32_prec!r}")
-        if self.scan_prefetch not in (0, 1, 2):
-            raise ValueError(f"SisoConfig: scan_prefetch must be 0, 1 or 2, got {self.scan_prefetch!r}")
+        if len(self.scan_prefetch) != 3 or any(x not in (0, 1, 2) for x in self.scan_prefetch):
+            raise ValueError(f"SisoConfig: scan_prefetch must be three of 0, 1, 2, got {self.scan_prefetch!r}")
 
     def as_dict(self):
         return asdict(self)

@@ -215,7 +215,7 @@ def _chunk_states(ctx, mode, x, z, k, k_bias, coef, rot, plane, gsum, init, fina
                init if init is not None else st, final, fwd, fwd16 if fwd16 is not None else fwd, parts,
                ch.chunk_table, ch.seq_table, ch.max_chunks, parts.stride(0), ctx.T, ctx.sv_t, ctx.sq_t, H, ctx.HPG,
                ctx.A, **meta, HAS_INIT=init is not None, REVERSE=mode == 1, KEND=kend is not None,
-               COPY_S=fwd16 is not None, PREFETCH=cfg.scan_prefetch)
+               COPY_S=fwd16 is not None, PREFETCH=cfg.scan_prefetch[0 if for_output else 1 + mode])
     else:
         launch(chunk_state_kernel, (ch.nchunks * H * blocks,), *common, ch.chunk_table, ctx.T, ctx.sv_t, ctx.sq_t,
                H, ctx.HPG, ctx.A, **meta)

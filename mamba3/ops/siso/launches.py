@@ -27,8 +27,8 @@ at N = 32 (names end in ``-strided``). On the fp32-operand path at P > bp the ha
 (``SisoConfig.bwd_store_a1_blocks``, names ending in ``-a1blocks``: fp32 at P = 128, and bf16 at N = 32, which runs
 on fp32 operands); with the flag off bwd_dqk forms M∘(dY Vᵀ) itself, compiled for fp32 at P = 128. The reverse
 pass of ``mamba3_siso(save_states=True)`` (on the forward's 16-bit states, nothing copied; names ending ``-kept``) is
-compiled for bf16 chunk-parallel and on the scan, and the scan with ``SisoConfig.scan_prefetch=2`` for bf16 (names
-ending ``-prefetch2``).
+compiled for bf16 chunk-parallel and on the scan, and the scan with ``SisoConfig.scan_prefetch`` 2 in all three
+walks for bf16 (names ending ``-prefetch2``; the default forward walk's too).
 """
 from __future__ import annotations
 
@@ -71,9 +71,9 @@ def _problem_classes(spec, default_only: bool = False):
         # 16-bit states, chunk-parallel and on the scan
         yield torch.bfloat16, None, 128, dict(save_states=True)
         yield torch.bfloat16, None, 128, dict(_SCAN, save_states=True)
-        # SisoConfig.scan_prefetch 2 (the scan's coefficients a step ahead too; the default 1 is compiled above,
-        # and 0 carries less than either)
-        yield torch.bfloat16, None, 128, dict(_SCAN, scan_prefetch=2)
+        # SisoConfig.scan_prefetch 2 in every walk (the default, compiled above, has it in the forward walk only; 0
+        # carries less than either)
+        yield torch.bfloat16, None, 128, dict(_SCAN, scan_prefetch=(2, 2, 2))
     yield torch.float32, None, 16, {}
     yield torch.bfloat16, None, 32, {}
 
