@@ -67,6 +67,18 @@ def token_tile(SC_START, SC_END, SC_BC, sc):
 
 
 @triton.jit
+def chunk_tokens(BC_START, BC_END, first, nbc, j, REVERSE: tl.constexpr = False):
+    """(first token, end token) of step j's state chunk in a walk over a sequence's nbc chunks from chunk ``first``
+    (REVERSE: from its last); a step past the end reads chunk 0's (unused). For walks that load it a step ahead
+    (``MimoConfig.scan_prefetch``)."""
+    if REVERSE:
+        bc = tl.where(j < nbc, first + nbc - 1 - j, 0)
+    else:
+        bc = tl.where(j < nbc, first + j, 0)
+    return tl.load(BC_START + bc), tl.load(BC_END + bc)
+
+
+@triton.jit
 def token_strides(R: tl.constexpr, G, N2, H, P, A):
     """Token strides of q/k (TT, R, G, N) and their rank stride, of v (TT, H, P), of the per-rank dy
     (TT, R, H, P) and of the rotation planes (TT, H, 2, A)."""
