@@ -12,7 +12,8 @@
 #          rotation ×2, the chunk-state walk ×3 (forward, recomputed, reverse), the output kernel, dv, dq / dk — are
 #          profiled)                                                                                     (≈ 3 min)
 # Writes per target: <name>.ncu-rep (open with ncu-ui), <name>.txt (every section: occupancy, warp stall reasons,
-# memory) and <name>_sass.csv (per-instruction stall samples of the SASS). ncu locks the SM clock, so its durations
+# memory) and <name>_sass.csv (per-instruction stall samples of the SASS; scripts/ncu_source_lines.py sums a SISO
+# kernel's per source line, on any machine). ncu locks the SM clock, so its durations
 # run ≈ 1.3× the benchmarks'. Then packs the .txt, .csv and logs into $OUT/profiles.tgz.part-aa, -ab, … (15 MiB
 # pieces; unpack with `cat profiles.tgz.part-* | tar xz`) and removes them: the device transport returns at most 8
 # files of at most 16 MiB, fewer than one run of every target writes (a MIMO .ncu-rep alone is ≈ 27 MB). The

@@ -59,6 +59,9 @@ class AotResult:
     local: int | None = None  # local memory per thread (cuobjdump LOCAL:), bytes
     ttgir: str | None = None  # the TritonGPU IR (layouts), with compile_launch(..., ir=True)
     sass: str | None = None  # cuobjdump -sass of the cubin, with compile_launch(..., sass=True)
+    # nvdisasm --print-line-info of the cubin (each instruction under its source file and line), with
+    # compile_launch(..., lines=True); read with mamba3.testing.sass.source_lines
+    sass_lines: str | None = None
 
     @property
     def total_shared(self) -> int:
@@ -92,14 +95,15 @@ def _unwrap(kernel, args: tuple, meta: dict):
     return kernel, meta
 
 
-def _cuobjdump(cubin: bytes, option: str) -> str:
+def _cuobjdump(cubin: bytes, option: str, tool: str = "cuobjdump") -> str:
+    """``tool`` (Triton's bundled cuobjdump or nvdisasm) run with ``option`` on the cubin."""
     from triton import knobs
 
     with tempfile.NamedTemporaryFile(suffix=".cubin", delete=False) as f:
         f.write(cubin)
         path = f.name
     try:
-        return subprocess.run([knobs.nvidia.cuobjdump.path, option, path], check=True, capture_output=True,
+        return subprocess.run([getattr(knobs.nvidia, tool).path, option, path], check=True, capture_output=True,
                               text=True).stdout
     finally:
         os.unlink(path)
@@ -170,12 +174,13 @@ def trace_launch(launch: KernelLaunch, arch: int) -> None:
 
 
 def compile_launch(launch: KernelLaunch, arch: int, *, spills: bool = False, ir: bool = False,
-                   sass: bool = False) -> AotResult:
+                   sass: bool = False, lines: bool = False) -> AotResult:
     """Compile ``launch`` for compute capability ``arch`` exactly as the JIT would, without a GPU.
 
     ``spills=True`` re-runs ptxas -v on the PTX to count spill-store bytes (about one more ptxas run);
     ``ir=True`` keeps the TritonGPU IR (``AotResult.ttgir``); ``sass=True`` the disassembly
-    (``AotResult.sass``, read with :mod:`mamba3.testing.sass`).
+    (``AotResult.sass``, read with :mod:`mamba3.testing.sass`); ``lines=True`` the disassembly with each
+    instruction's source line (``AotResult.sass_lines``, read with :func:`mamba3.testing.sass.source_lines`).
     Compiled kernels go to Triton's cache (TRITON_CACHE_DIR), so repeating a compile is cheap.
     """
     import triton
@@ -194,4 +199,5 @@ def compile_launch(launch: KernelLaunch, arch: int, *, spills: bool = False, ir:
         local=res.get("LOCAL"),
         ttgir=compiled.asm["ttgir"] if ir else None,
         sass=_cuobjdump(compiled.asm["cubin"], "-sass") if sass else None,
+        sass_lines=_cuobjdump(compiled.asm["cubin"], "--print-line-info", "nvdisasm") if lines else None,
     )

@@ -4,6 +4,7 @@ puts them, so a prefetch written at the top of a loop can issue at its end (the 
 docs/performance.md, twenty-seventh session); these helpers let a test pin such a schedule."""
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 
@@ -43,4 +44,24 @@ def positions(loop: Loop, opcode: str) -> list[int]:
         op = re.sub(r"^@!?U?P\w+\s+", "", text).split()[0]
         if op == opcode or op.startswith(opcode + "."):
             out.append(i)
+    return out
+
+
+_LINE = re.compile(r'//## File "([^"]+)", line (\d+)')
+
+
+def source_lines(sass_lines: str) -> list[tuple[int, str, str, int]]:
+    """(address, instruction, source file's base name, line) in program order, from ``compile_launch(...,
+    lines=True)``'s disassembly, where each run of instructions follows the ``//## File "…", line N`` comment of
+    the source line it came from (inlined functions: the innermost line). Instructions before any such comment are
+    left out."""
+    out, where = [], None
+    for text in sass_lines.splitlines():
+        m = _LINE.search(text)
+        if m:
+            where = (os.path.basename(m.group(1)), int(m.group(2)))
+            continue
+        m = _INSTRUCTION.search(text)
+        if m and where:
+            out.append((int(m.group(1), 16), m.group(2)) + where)
     return out
