@@ -33,9 +33,9 @@ import triton.language as tl
 
 from ..common.tiles import fast_exp
 from .fwd import add_local_state
-from .tiles import (bcast_pairs, chunk_tokens, dot_operand, later_mask, load_pair_block, load_rank_p, load_rows_p, load_state_pair,
-                    mdot, mdot_split, pair_block_ptrs, pair_weights, qk_pointers, rot_pair, rows_of, state_block_ids,
-                    store_state_pair, token_decays, token_strides, token_tile, token_weights, vtilde)
+from .tiles import (bcast_pairs, chunk_tokens, dot_operand, later_mask, load_pair_block, load_rank_p, load_rows_p,
+                    load_state_pair, mdot, mdot_split, pair_block_ptrs, pair_weights, qk_pointers, rot_pair, rows_of,
+                    state_block_ids, store_state_pair, token_decays, token_strides, token_tile, token_weights, vtilde)
 
 
 @triton.jit(do_not_specialize=["NBC"])

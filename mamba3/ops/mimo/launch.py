@@ -277,8 +277,8 @@ def scan_forward(L: Launch, t, ys=None):
         T.seq_table, T.bc_start, T.bc_end, T.max_bc, L.TT, L.H, L.HG, L.G, L.N2, L.A, L.P, L.eps,
         R=L.R, BM=cfg.bm, BK=cfg.bk, BP=bp, HAS_D=t["D"] is not None, HAS_Z=t["z"] is not None, HAS_OUT=has_out,
         NORM=t["norm"], HAS_NW=t["nw"] is not None, HAS_S0=t["s0"] is not None, DOT_PREC=L.dot_prec,
-        TOK_PREC=L.fwd_prec, GATHER=cfg.scan_gather, PREFETCH=cfg.scan_prefetch, SAVE_Y=ys is not None, num_warps=cfg.scan_warps,
-        num_stages=cfg.stages)
+        TOK_PREC=L.fwd_prec, GATHER=cfg.scan_gather, PREFETCH=cfg.scan_prefetch, SAVE_Y=ys is not None,
+        num_warps=cfg.scan_warps, num_stages=cfg.stages)
     return out, sfin
 
 
@@ -300,8 +300,8 @@ def scan_states(L: Launch, t):
         cs if t["s0"] is None else t["s0"], cs, cs, sin, cs,
         T.seq_table, T.bc_start, T.bc_end, T.max_bc, L.TT, L.H, L.HG, L.G, L.N2, L.A, L.P, L.eps,
         R=L.R, BM=cfg.bm, BK=cfg.bk, BP=bp, HAS_D=False, HAS_Z=False, HAS_OUT=False, NORM=False, HAS_NW=False,
-        HAS_S0=t["s0"] is not None, DOT_PREC=L.dot_prec, TOK_PREC=L.fwd_prec, STATES=True, GATHER=cfg.scan_gather, PREFETCH=cfg.scan_prefetch,
-        num_warps=cfg.scan_warps, num_stages=cfg.stages)
+        HAS_S0=t["s0"] is not None, DOT_PREC=L.dot_prec, TOK_PREC=L.fwd_prec, STATES=True, GATHER=cfg.scan_gather,
+        PREFETCH=cfg.scan_prefetch, num_warps=cfg.scan_warps, num_stages=cfg.stages)
     return sin
 
 
@@ -447,8 +447,8 @@ def aot_kernel_launches(cfg: MimoConfig, headdim: int, dtype, arch: int, dstate:
                  H // G, G, N2, A, P, 1e-5),
                 dict(R=R, BM=cfg.bm, BK=cfg.bk, BP=bps, HAS_D=not states, HAS_Z=not states, HAS_OUT=not states,
                      NORM=bps >= BP and not states, HAS_NW=bps >= BP and not states, HAS_S0=True, DOT_PREC=prec,
-                     TOK_PREC=fwd_prec, STATES=states, GATHER=cfg.scan_gather, PREFETCH=cfg.scan_prefetch, SAVE_Y=cfg.save_y and not states,
-                     num_warps=cfg.scan_warps, num_stages=cfg.stages)))
+                     TOK_PREC=fwd_prec, STATES=states, GATHER=cfg.scan_gather, PREFETCH=cfg.scan_prefetch,
+                     SAVE_Y=cfg.save_y and not states, num_warps=cfg.scan_warps, num_stages=cfg.stages)))
     if cfg.scan_dstates:
         bps = min(cfg.bp_state, BP)
         out.append(KernelLaunch(

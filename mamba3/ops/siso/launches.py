@@ -128,7 +128,8 @@ def aot_launches(arch: int, *, default_only: bool = False) -> list[KernelLaunch]
             if key in seen:
                 continue
             seen.add(key)
-            short = {k: v for k, v in meta.items() if k in ("C", "BN", "BP", "MODE", "num_warps", "num_stages", "BLOCK")}
+            short = {k: v for k, v in meta.items()
+                     if k in ("C", "BN", "BP", "MODE", "num_warps", "num_stages", "BLOCK")}
             tag = "-".join(f"{k}{v}" for k, v in short.items())
             name = f"{kernel.fn.__name__}-{str(problem[0]).replace('torch.', '')}-{tag}"
             if kernel.fn.__name__ == "state_passing_kernel":
