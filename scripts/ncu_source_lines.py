@@ -30,7 +30,7 @@ from mamba3.ops.common.launch import recording  # noqa: E402
 from mamba3.ops.siso import function as F  # noqa: E402
 from mamba3.testing.aot import KernelLaunch, compile_launch  # noqa: E402
 from mamba3.testing.inputs import siso_inputs  # noqa: E402
-from mamba3.testing.sass import source_lines  # noqa: E402
+from mamba3.testing.sass import opcode_of, source_lines  # noqa: E402
 
 SAMPLES = "Warp Stall Sampling (All Samples)"
 
@@ -70,10 +70,6 @@ def recorded_launches(kernel: str, sms: int, shape: str) -> list[tuple]:
     return [r for r in rec if r[0].fn.__name__ == kernel]
 
 
-def opcode(text: str) -> str:
-    return text.split()[1 if text.startswith("@") else 0]
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("csv")
@@ -92,7 +88,7 @@ def main():
                          lines=True)
     attributed = source_lines(res.sass_lines)
     differ = [(addr, text) for addr, text, _, _ in attributed
-              if addr not in profiled or opcode(profiled[addr]["Source"].strip()) != opcode(text)]
+              if addr not in profiled or opcode_of(profiled[addr]["Source"].strip()) != opcode_of(text)]
     if differ or len(attributed) != len(profiled):
         sys.exit(f"{a.kernel}: the recorded launch's SASS is not the profiled one ({len(differ)} of "
                  f"{len(attributed)} instructions differ, {len(profiled)} profiled); first: {differ[:3]}")
@@ -103,7 +99,7 @@ def main():
         n = int(r["Instructions Executed"] or 0)
         executed[name, line] += n
         samples[name, line] += int(r[SAMPLES] or 0)
-        ops[name, line][opcode(text).split(".")[0]] += n
+        ops[name, line][opcode_of(text).split(".")[0]] += n
     n_all, s_all = sum(executed.values()), sum(samples.values())
     print(f"{a.kernel} (launch {a.occurrence}, grid {grid}, {meta.get('num_warps')} warps): {len(attributed)} SASS "
           f"instructions, {n_all} warp instructions executed, {s_all} warp samples")

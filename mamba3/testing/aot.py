@@ -95,7 +95,7 @@ def _unwrap(kernel, args: tuple, meta: dict):
     return kernel, meta
 
 
-def _cuobjdump(cubin: bytes, option: str, tool: str = "cuobjdump") -> str:
+def _cubin_tool(cubin: bytes, option: str, tool: str = "cuobjdump") -> str:
     """``tool`` (Triton's bundled cuobjdump or nvdisasm) run with ``option`` on the cubin."""
     from triton import knobs
 
@@ -110,7 +110,7 @@ def _cuobjdump(cubin: bytes, option: str, tool: str = "cuobjdump") -> str:
 
 
 def _cuobjdump_resources(cubin: bytes) -> dict[str, int]:
-    out = _cuobjdump(cubin, "--dump-resource-usage")
+    out = _cubin_tool(cubin, "--dump-resource-usage")
     res = {}
     for key in ("REG", "SHARED", "LOCAL", "STACK"):
         m = re.search(rf"\b{key}:(\d+)", out)
@@ -198,6 +198,6 @@ def compile_launch(launch: KernelLaunch, arch: int, *, spills: bool = False, ir:
         n_spills=n_spills,
         local=res.get("LOCAL"),
         ttgir=compiled.asm["ttgir"] if ir else None,
-        sass=_cuobjdump(compiled.asm["cubin"], "-sass") if sass else None,
-        sass_lines=_cuobjdump(compiled.asm["cubin"], "--print-line-info", "nvdisasm") if lines else None,
+        sass=_cubin_tool(compiled.asm["cubin"], "-sass") if sass else None,
+        sass_lines=_cubin_tool(compiled.asm["cubin"], "--print-line-info", "nvdisasm") if lines else None,
     )

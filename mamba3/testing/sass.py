@@ -36,12 +36,17 @@ def loops(sass: str) -> list[Loop]:
     return out
 
 
+def opcode_of(text: str) -> str:
+    """The opcode of one instruction's text, after any predicate: "@!P0 LDG.E.128 R8, …" → "LDG.E.128"."""
+    return re.sub(r"^@!?U?P\w+\s+", "", text).split()[0]
+
+
 def positions(loop: Loop, opcode: str) -> list[int]:
     """Indices in ``loop.body`` of the instructions whose opcode (after any predicate) is ``opcode`` or starts
     with ``opcode.``, e.g. "LDG.E.EF.128" (16-byte evict-first global loads) or "STG"."""
     out = []
     for i, text in enumerate(loop.body):
-        op = re.sub(r"^@!?U?P\w+\s+", "", text).split()[0]
+        op = opcode_of(text)
         if op == opcode or op.startswith(opcode + "."):
             out.append(i)
     return out

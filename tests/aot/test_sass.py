@@ -9,7 +9,7 @@ import triton
 import triton.language as tl
 
 from mamba3.testing.aot import KernelLaunch, compile_launch
-from mamba3.testing.sass import instructions, loops, positions, source_lines
+from mamba3.testing.sass import instructions, loops, opcode_of, positions, source_lines
 
 if os.environ.get("TRITON_INTERPRET") == "1":
     pytest.exit("tests/aot must run without TRITON_INTERPRET=1 (AOT compilation needs JITFunctions)", returncode=3)
@@ -63,14 +63,13 @@ def test_source_lines():
     res = compile_launch(launch, 90, sass=True, lines=True)
     attributed = source_lines(res.sass_lines)
     # (nvdisasm names branch targets by label where cuobjdump prints addresses: compare the opcodes)
-    assert [(a, t.split()[0 if t[0] != "@" else 1]) for a, t, _, _ in attributed] == \
-        [(a, t.split()[0 if t[0] != "@" else 1]) for a, t in instructions(res.sass)]
+    assert [(a, opcode_of(t)) for a, t, _, _ in attributed] == [(a, opcode_of(t)) for a, t in instructions(res.sass)]
     src, first = inspect.getsourcelines(_scale_rows.fn)
     load_line = first + next(i for i, t in enumerate(src) if "tl.load" in t)
     store_line = first + next(i for i, t in enumerate(src) if "tl.store" in t)
     by_op = {}
     for _, text, name, line in attributed:
         assert name == os.path.basename(__file__), name
-        by_op.setdefault(text.split()[1] if text.startswith("@") else text.split()[0], set()).add(line)
+        by_op.setdefault(opcode_of(text), set()).add(line)
     assert {ln for op, lines in by_op.items() if op.startswith("LDG") for ln in lines} == {load_line}, by_op
     assert {ln for op, lines in by_op.items() if op.startswith(("FMUL", "STG")) for ln in lines} == {store_line}, by_op
