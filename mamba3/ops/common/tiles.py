@@ -109,6 +109,17 @@ def coefficient_loads(coef_ptr, plane, base, t0, L, C: tl.constexpr):
 
 
 @triton.jit
+def walk_chunk(first, n, jj, REVERSE: tl.constexpr):
+    """The chunk at step jj of a walk over a sequence's n ≥ 1 chunks from chunk ``first`` (REVERSE: from its last);
+    steps past the end give the walk's last chunk (for loads a step ahead: SISO's and MIMO's ``scan_prefetch``)."""
+    jj = tl.minimum(jj, n - 1)
+    if REVERSE:
+        return first + n - 1 - jj
+    else:
+        return first + jj
+
+
+@triton.jit
 def reverse_cumsum(x):
     """Σ_{s ≥ t} x_s along axis 0 of a chunk's rows (the inclusive reverse cumsum), as total − cumsum + x."""
     return tl.sum(x, 0, keep_dims=True) - tl.cumsum(x, 0) + x

@@ -39,7 +39,8 @@ import triton
 import triton.language as tl
 
 from ..common.tiles import (add_bias_pairs, batch_strides, chunk_row, chunk_coefficients, coefficient_loads, fast_exp,
-                            fast_sigmoid, head_angle_rows, join_pairs, load_pairs, rotation_tile, split_pairs)
+                            fast_sigmoid, head_angle_rows, join_pairs, load_pairs, rotation_tile, split_pairs,
+                            walk_chunk)
 
 
 @triton.jit
@@ -155,17 +156,6 @@ def chunk_state_kernel(x_ptr, z_ptr, k_ptr, kb_ptr, coef_ptr, coef_plane, rot_pt
                              nb, p, T, sx_t, sk_t, H, HPG, A, N, P, C, BN, BP, MODE, HAS_Z, HAS_BIAS, HALVES, DOT_DT,
                              PREC, STRIDED)
     store_state_block(st_ptr, (c * H + h) * P * N, a, b, p, nb, N, BN, HALVES, STRIDED)
-
-
-@triton.jit
-def walk_chunk(first, n, jj, REVERSE: tl.constexpr):
-    """The chunk at step jj of a walk over a sequence's n ≥ 1 chunks from chunk ``first`` (REVERSE: from its last);
-    steps past the end give the walk's last chunk."""
-    jj = tl.minimum(jj, n - 1)
-    if REVERSE:
-        return first + n - 1 - jj
-    else:
-        return first + jj
 
 
 @triton.jit(do_not_specialize=["T", "rot_plane", "coef_plane", "max_chunks", "kend_stride"])
