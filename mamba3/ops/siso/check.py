@@ -41,6 +41,23 @@ def run_and_compare(args, chunk_size, reference=None, precision="ieee", tols=Non
     return errs
 
 
+def assert_same_results(got, want, near=(), tol=1e-6) -> dict:
+    """Two ``with_grads`` runs that must agree: the output, the final states and every gradient bit for bit, but
+    the gradients named in ``near`` (sums taken in another order), which must exist in both and lie within ``tol``
+    relative Frobenius error of each other. Returns those errors by name."""
+    from mamba3.testing.errors import rel_frobenius
+
+    assert torch.equal(got[0], want[0]) and all(torch.equal(a, b) for a, b in zip(got[1], want[1]))
+    errs = {}
+    for name in want[2]:
+        if name in near:
+            errs[name] = rel_frobenius(got[2][name], want[2][name])
+            assert errs[name] < tol, f"d_{name} differs by {errs[name]:.2e}"
+        else:
+            assert (want[2][name] is None and got[2][name] is None) or torch.equal(got[2][name], want[2][name]), name
+    return errs
+
+
 def force_config(monkeypatch, **changes):
     """Within a test: every SISO call runs the dispatcher's configuration with ``changes`` applied."""
     import dataclasses
