@@ -52,6 +52,11 @@ CANDIDATES = {
     "bf16-joined-c64-w4/8-pf222": ("bf16", SisoConfig(64, 64, 64, 4, 8, 1, scan_prefetch=(2, 2, 2))),
     "bf16-joined-c64-w4/8-pf211": ("bf16", SisoConfig(64, 64, 64, 4, 8, 1, scan_prefetch=(2, 1, 1))),
     "bf16-joined-c64-w4/8-pf221": ("bf16", SisoConfig(64, 64, 64, 4, 8, 1, scan_prefetch=(2, 2, 1))),
+    # the output kernel's loops over N blocks (scores, inter-chunk term) unrolled (SisoConfig.output_unroll; two
+    # blocks at N = 128, so 2 is a full unroll): the next block's loads may issue before this block's dots
+    "bf16-joined-c64-w4/8-unroll21": ("bf16", SisoConfig(64, 64, 64, 4, 8, 1, output_unroll=(2, 1))),
+    "bf16-joined-c64-w4/8-unroll12": ("bf16", SisoConfig(64, 64, 64, 4, 8, 1, output_unroll=(1, 2))),
+    "bf16-joined-c64-w4/8-unroll22": ("bf16", SisoConfig(64, 64, 64, 4, 8, 1, output_unroll=(2, 2))),
     # the forward's chunk states in fp32 where the scan runs (before SisoConfig.states16 became the default: half the
     # state traffic of the scan's stores and the output kernel's loads; bit-identical results)
     "bf16-joined-c64-w4/8-states32": ("bf16", SisoConfig(64, 64, 64, 4, 8, 1, states16=False)),

@@ -133,6 +133,16 @@ def test_scan_prefetch(feature, dtype, prefetch, monkeypatch):
                        on=(prefetch,) * 3, off=(0, 0, 0))
 
 
+@pytest.mark.parametrize("unroll", [(2, 1), (1, 2), (2, 2)])
+@pytest.mark.parametrize("feature", ["base", "varlen-states", "T-odd"])
+@pytest.mark.parametrize("dtype", ["bf16", "fp32"])
+def test_output_unroll(feature, dtype, unroll, monkeypatch):
+    """``SisoConfig.output_unroll`` (the output kernel's loops over N blocks unrolled): bit for bit the results of
+    the loops, and within the bars against float64."""
+    _same_with_flag_on(_case(dtype=DT[dtype], N=128, P=128, A=32, **FEATURES[feature]), "output_unroll", monkeypatch,
+                       on=unroll, off=(1, 1))
+
+
 @pytest.mark.parametrize("path", ["scan", "chunked"])
 @pytest.mark.parametrize("feature", ["base", "states", "varlen-states", "T-odd"])
 @pytest.mark.parametrize("dtype", ["bf16", "fp16"])

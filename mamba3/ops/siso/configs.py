@@ -147,6 +147,12 @@ class SisoConfig:
     # 1.226-1.231 / 1.225, forward+backward 6.296-6.326 / 6.236-6.237 / 6.286, the scan 1.507-1.512 / 1.472-1.476 /
     # 1.508. So the forward walk prefetches its coefficients too, the backward's walks the row only.
     scan_prefetch: tuple = (2, 1, 1)
+    # output_kernel's two loops over N blocks (the scores Q̃K̃ᵀ, then the inter-chunk term Q̃Sᵀ): unroll factors
+    # (Triton's IR unroller; 1 = a loop), so the next block's q / k rows and states can load before this block's
+    # dots (Nsight Compute, H100, forty-eighth session: 24 % of the bf16 output kernel's warp samples wait on those
+    # loads, at 12.5 % occupancy). Same operations in the same order: bit-identical. AOT sm_90, bf16 N = 128 (two
+    # blocks of 64), registers / spill bytes: (1, 1) 254 / 0, (2, 1) 255 / 0, (1, 2) 243 / 0, (2, 2) 255 / 8.
+    output_unroll: tuple = (1, 1)
 
     def __post_init__(self):
         if self.halves and self.half_dots:
@@ -157,6 +163,8 @@ class SisoConfig:
             raise ValueError(f"SisoConfig: fp32_prec must be 'ieee' or 'tf32x3', got {self.fp32_prec!r}")
         if len(self.scan_prefetch) != 3 or any(x not in (0, 1, 2) for x in self.scan_prefetch):
             raise ValueError(f"SisoConfig: scan_prefetch must be three of 0, 1, 2, got {self.scan_prefetch!r}")
+        if len(self.output_unroll) != 2 or any(not isinstance(x, int) or x < 1 for x in self.output_unroll):
+            raise ValueError(f"SisoConfig: output_unroll must be two unroll factors ≥ 1, got {self.output_unroll!r}")
 
     def as_dict(self):
         return asdict(self)

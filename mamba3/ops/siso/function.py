@@ -251,6 +251,7 @@ class SisoTritonFn(torch.autograd.Function):
             ch.chunk_table, c.T, c.sq_t, c.sv_t, c.H, c.HPG, c.A,
             N=c.N, P=c.P, C=cfg.chunk, BN=cfg.bn, BP=cfg.bp, HAS_Z=z is not None, HAS_D=D is not None,
             HAS_BIAS=q_bias is not None, HALVES=cfg.halves, DOT_DT=c.dot_dt, PREC=c.prec, STRIDED=c.strided,
+            UNROLL_QK=cfg.output_unroll[0], UNROLL_S=cfg.output_unroll[1],
             num_warps=cfg.warps_chunk, num_stages=cfg.stages)
         return out, final_angle.to(torch.float32), final_ssm
 

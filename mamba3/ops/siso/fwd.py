@@ -307,7 +307,10 @@ def output_kernel(q_ptr, k_ptr, v_ptr, z_ptr, o_ptr, qb_ptr, kb_ptr, d_ptr, coef
                   rot_plane, st_ptr, table_ptr, T, sq_t, sv_t, H, HPG, A,
                   N: tl.constexpr, P: tl.constexpr, C: tl.constexpr, BN: tl.constexpr, BP: tl.constexpr,
                   HAS_Z: tl.constexpr, HAS_D: tl.constexpr, HAS_BIAS: tl.constexpr,
-                  HALVES: tl.constexpr, DOT_DT: tl.constexpr, PREC: tl.constexpr, STRIDED: tl.constexpr):
+                  HALVES: tl.constexpr, DOT_DT: tl.constexpr, PREC: tl.constexpr, STRIDED: tl.constexpr,
+                  UNROLL_QK: tl.constexpr = 1, UNROLL_S: tl.constexpr = 1):
+    # UNROLL_QK, UNROLL_S (``SisoConfig.output_unroll``): unroll factors of the two loops over N blocks (the
+    # scores, the inter-chunk term), so the next block's loads can issue before this block's dots
     sq_b, sv_b, s_h, s_b, _ = batch_strides(T, H, sq_t, sv_t, 0)
     pid = tl.program_id(0).to(tl.int64)  # 1-D grid: chunk, head, P block (fastest)
     pb = pid % (P // BP)
@@ -325,7 +328,7 @@ def output_kernel(q_ptr, k_ptr, v_ptr, z_ptr, o_ptr, qb_ptr, kb_ptr, d_ptr, coef
     # term e^{cs}⊙(Q̃ Sᵀ) accumulated into the same output tile (q̃ rows pre-scaled by e^{cs} ≤ 1).
     acc_qk = tl.zeros([C, C], dtype=tl.float32)
     qk = tl.zeros([C], dtype=tl.float32)
-    for nb in range(N // BN):
+    for nb in tl.range(N // BN, loop_unroll_factor=UNROLL_QK):
         if HALVES:
             qre, qro, kke, kko, qk_block = rotated_qk_halves(q_ptr, k_ptr, qb_ptr, kb_ptr, rot_ptr,
                                                              rot_plane, qrow, arow, m, scale,
@@ -344,7 +347,7 @@ def output_kernel(q_ptr, k_ptr, v_ptr, z_ptr, o_ptr, qb_ptr, kb_ptr, d_ptr, coef
     mm = tl.where(causal, fast_exp(tl.minimum(diff, 0.0)), 0.0) * acc_qk
     y = tl.dot(mm.to(DOT_DT), v.to(DOT_DT), input_precision=PREC)
     ecs = fast_exp(cs)
-    for nb in range(N // BN):
+    for nb in tl.range(N // BN, loop_unroll_factor=UNROLL_S):
         if HALVES:
             qse, qso = rotated_q_halves(q_ptr, qb_ptr, rot_ptr, rot_plane, qrow, arow, m, nb,
                                         h * N, A, C, BN, HAS_BIAS, STRIDED)
