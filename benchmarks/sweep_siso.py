@@ -52,11 +52,12 @@ CANDIDATES = {
     "bf16-joined-c64-w4/8-pf222": ("bf16", SisoConfig(64, 64, 64, 4, 8, 1, scan_prefetch=(2, 2, 2))),
     "bf16-joined-c64-w4/8-pf211": ("bf16", SisoConfig(64, 64, 64, 4, 8, 1, scan_prefetch=(2, 1, 1))),
     "bf16-joined-c64-w4/8-pf221": ("bf16", SisoConfig(64, 64, 64, 4, 8, 1, scan_prefetch=(2, 2, 1))),
-    # the output kernel's loops over N blocks (scores, inter-chunk term) unrolled (SisoConfig.output_unroll; two
-    # blocks at N = 128, so 2 is a full unroll): the next block's loads may issue before this block's dots
+    # the output kernel's loops over N blocks (scores, inter-chunk term) not unrolled (11, before the forty-ninth
+    # session) or one of them (SisoConfig.output_unroll; the default unrolls both two-block loops on 16-bit dots).
+    # H100, alternated: output kernel 0.613-0.622 / 0.568-0.580 / 0.593-0.594 ms, (2, 2) 0.559
+    "bf16-joined-c64-w4/8-unroll11": ("bf16", SisoConfig(64, 64, 64, 4, 8, 1, output_unroll=(1, 1))),
     "bf16-joined-c64-w4/8-unroll21": ("bf16", SisoConfig(64, 64, 64, 4, 8, 1, output_unroll=(2, 1))),
     "bf16-joined-c64-w4/8-unroll12": ("bf16", SisoConfig(64, 64, 64, 4, 8, 1, output_unroll=(1, 2))),
-    "bf16-joined-c64-w4/8-unroll22": ("bf16", SisoConfig(64, 64, 64, 4, 8, 1, output_unroll=(2, 2))),
     # the forward's chunk states in fp32 where the scan runs (before SisoConfig.states16 became the default: half the
     # state traffic of the scan's stores and the output kernel's loads; bit-identical results)
     "bf16-joined-c64-w4/8-states32": ("bf16", SisoConfig(64, 64, 64, 4, 8, 1, states16=False)),

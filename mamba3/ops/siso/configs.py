@@ -148,11 +148,18 @@ class SisoConfig:
     # 1.508. So the forward walk prefetches its coefficients too, the backward's walks the row only.
     scan_prefetch: tuple = (2, 1, 1)
     # output_kernel's two loops over N blocks (the scores Q̃K̃ᵀ, then the inter-chunk term Q̃Sᵀ): unroll factors
-    # (Triton's IR unroller; 1 = a loop), so the next block's q / k rows and states can load before this block's
-    # dots (Nsight Compute, H100, forty-eighth session: 24 % of the bf16 output kernel's warp samples wait on those
-    # loads, at 12.5 % occupancy). Same operations in the same order: bit-identical. AOT sm_90, bf16 N = 128 (two
-    # blocks of 64), registers / spill bytes: (1, 1) 254 / 0, (2, 1) 255 / 0, (1, 2) 243 / 0, (2, 2) 255 / 8.
-    output_unroll: tuple = (1, 1)
+    # (Triton's IR unroller; 1 = a loop), so the next block's q / k rows and states load before this block's dots
+    # (Nsight Compute, H100, forty-eighth session: 24 % of the bf16 output kernel's warp samples waited on those
+    # loads, at 12.5 % occupancy). Same operations in the same order: bit-identical. None: the launcher's choice by
+    # path and architecture (``output_unroll_factors``). AOT, N = 128, registers / spill bytes per thread:
+    # - bf16 (two 64-wide blocks; 2 unrolls a loop fully), sm_90: (1, 1) 254 / 0, (2, 1) 255 / 0, (1, 2) 243 / 0,
+    #   (2, 2) 255 / 8; sm_100 (2, 2) 243 / 0; sm_80 / 86 / 89 / 120 (mma.sync) (2, 2) 255 / 48-64, (2, 1) and
+    #   (1, 2) no spills;
+    # - fp32 (four 32-wide halves blocks), sm_90: (1, 1) 252 / 0, (2, 2) 255 / 76, (4, 4) 255 / 1588.
+    # H100, B8 T4096 bf16 (forty-ninth session, sweep_siso.py, alternated): output kernel (1, 1) 0.613-0.622 ms,
+    # (2, 1) 0.568-0.580, (1, 2) 0.593-0.594, (2, 2) 0.559; forward 1.231-1.233 / 1.188 / 1.208-1.211 / 1.174,
+    # forward+backward 6.203-6.281 / 6.185-6.251 / 6.216-6.226 / 6.171.
+    output_unroll: tuple | None = None
 
     def __post_init__(self):
         if self.halves and self.half_dots:
@@ -163,8 +170,19 @@ class SisoConfig:
             raise ValueError(f"SisoConfig: fp32_prec must be 'ieee' or 'tf32x3', got {self.fp32_prec!r}")
         if len(self.scan_prefetch) != 3 or any(x not in (0, 1, 2) for x in self.scan_prefetch):
             raise ValueError(f"SisoConfig: scan_prefetch must be three of 0, 1, 2, got {self.scan_prefetch!r}")
-        if len(self.output_unroll) != 2 or any(not isinstance(x, int) or x < 1 for x in self.output_unroll):
+        if self.output_unroll is not None and (len(self.output_unroll) != 2 or
+                                               any(not isinstance(x, int) or x < 1 for x in self.output_unroll)):
             raise ValueError(f"SisoConfig: output_unroll must be two unroll factors ≥ 1, got {self.output_unroll!r}")
+
+    def output_unroll_factors(self, arch: int) -> tuple:
+        """``output_unroll``, or where it is None the choice for ``arch``: on 16-bit dots (2, 2) on sm_90 (timed)
+        and sm_100 (no spills), (2, 1) on the mma.sync architectures (where (2, 2) spills; untimed there); on fp32
+        operands (1, 1), whose unrolled loops spill."""
+        if self.output_unroll is not None:
+            return self.output_unroll
+        if not self.half_dots:
+            return (1, 1)
+        return (2, 2) if arch in (90, 100) else (2, 1)
 
     def as_dict(self):
         return asdict(self)

@@ -61,6 +61,7 @@ class _Ctx:
         self.A = angles.shape[-1]
         spec = _spec(v)
         self.sm_count = spec.sm_count
+        self.arch = spec.arch
         self.cfg = _CONFIG_OVERRIDE or choose_config(spec, problem_for(q, v, chunk_size))
         self.chunks = make_chunks(B, T, self.cfg.chunk, cu_seqlens, v.device)
         self.dot_dt = _TL[v.dtype] if v.dtype != torch.float32 and self.cfg.half_dots else tl.float32
@@ -245,13 +246,14 @@ class SisoTritonFn(torch.autograd.Function):
                               *(input_states if has_states else (None,) * 4), kept)
         # sizes, config and chunk tables (no second host sync for varlen), and the chunks' θ offsets (nchunks, H, A)
         ctx.meta = (c, has_states, off)
+        unroll_qk, unroll_s = cfg.output_unroll_factors(c.arch)
         launch(output_kernel, (ch.nchunks * c.H * (c.P // cfg.bp),),
             q, k, v, z if z is not None else v, out, q_bias if q_bias is not None else q,
             k_bias if k_bias is not None else k, D if D is not None else v, coef, coef.stride(0), rot, plane, st,
             ch.chunk_table, c.T, c.sq_t, c.sv_t, c.H, c.HPG, c.A,
             N=c.N, P=c.P, C=cfg.chunk, BN=cfg.bn, BP=cfg.bp, HAS_Z=z is not None, HAS_D=D is not None,
             HAS_BIAS=q_bias is not None, HALVES=cfg.halves, DOT_DT=c.dot_dt, PREC=c.prec, STRIDED=c.strided,
-            UNROLL_QK=cfg.output_unroll[0], UNROLL_S=cfg.output_unroll[1],
+            UNROLL_QK=unroll_qk, UNROLL_S=unroll_s,
             num_warps=cfg.warps_chunk, num_stages=cfg.stages)
         return out, final_angle.to(torch.float32), final_ssm
 
