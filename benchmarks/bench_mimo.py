@@ -73,9 +73,6 @@ def sweep_variants(spec):
                  R(scan, bwd16_dqk=True, name=f"{scan.name}-dqk16"),
                  # the scan's operands broadcast per token / rank (scan_gather off: 30.47 against 29.53 ms)
                  R(scan, scan_gather=False, name=f"{scan.name}-bcast"),
-                 # the walks' next token ranges loaded a step ahead (scan_prefetch; prepared in the 48th session,
-                 # not timed yet; AOT sm_90 spills: scan forward 84 → 88 B, reverse walk 192 → 268 B)
-                 R(scan, scan_prefetch=True, name=f"{scan.name}-prefetch"),
                  # y kept from the forward for the epilogue's backward (save_y: 29.07 → 25.15 ms, 39th session,
                  # for 1.07 GB more memory here)
                  R(scan, save_y=True, name=f"{scan.name}-savey"),

@@ -82,11 +82,10 @@ if has bench; then
     pack
   done
 fi
-if has sweeps; then  # defaults: the MIMO scan forward (MimoConfig.scan_variant, forced) against its walks' token
-  # ranges loaded a step ahead (-scan-prefetch, prepared in the forty-eighth session) and the chunked forward (-st2);
-  # SISO: the default tiles at B8 (the README's rows), bf16 and fp32, the latter on sm_90's and the other
-  # architectures' tiles
-  SWEEP_MIMO=${SWEEP_MIMO-scan/,scan-prefetch/,st2/}
+if has sweeps; then  # defaults: the MIMO scan forward (MimoConfig.scan_variant, forced) against its operands
+  # broadcast (-scan-bcast), with 16-bit dq / dk dots (-scan-dqk16) and the chunked forward (-st2); SISO: the default
+  # tiles at B8 (the README's rows), bf16 and fp32, the latter on sm_90's and the other architectures' tiles
+  SWEEP_MIMO=${SWEEP_MIMO-scan/,scan-bcast/,scan-dqk16/,st2/}
   SISO_FP32=fp32-x3-c64-b32p64-w4/8,fp32-x3-c32-b32-w4/4
   SWEEP_SISO=${SWEEP_SISO-bf16-joined-c64-w4/8,$SISO_FP32}
   if [ -n "$SWEEP_MIMO" ]; then

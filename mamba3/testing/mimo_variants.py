@@ -26,7 +26,6 @@ OPT_IN = {
     "bwd16-dv": dict(bwd_dots16=True, bk_bwd16=64, bwd16_dqk=False),
     "chunked-passes": dict(scan_states=False, scan_dstates=False),
     "bcast": dict(scan_gather=False),
-    "prefetch": dict(scan_prefetch=True),
 }
 
 
@@ -46,7 +45,7 @@ def applies(tag: str, cfg) -> bool:
     (``MimoConfig.for_dtype`` refuses the others); 16-bit dq / dk blocks only where the backward's dots are
     16-bit."""
     flags = OPT_IN[tag]
-    if tag in ("chunked-passes", "bcast", "prefetch"):
+    if tag in ("chunked-passes", "bcast"):
         return bool(cfg.scan_fwd)
     if "bm_fp32" in flags:
         if cfg.scan_fwd or cfg.bm <= flags["bm_fp32"]:

@@ -114,10 +114,9 @@ def _scan_variants():
     from mamba3.testing.mimo_variants import with_variant
 
     scans = [cfg.scan_variant() for cfgs in CONFIGS.values() for cfg in cfgs if cfg.scan_fwd is None]
-    # and the scan forward with the backward's chunked state passes (scan_states, scan_dstates off), with its
-    # operands broadcast per token / rank (scan_gather off), and with the walks' next token ranges loaded a step
-    # ahead (scan_prefetch)
-    return scans + [with_variant(c, tag) for tag in ("chunked-passes", "bcast", "prefetch") for c in scans]
+    # and the scan forward with the backward's chunked state passes (scan_states, scan_dstates off), and with its
+    # operands broadcast per token / rank (scan_gather off)
+    return scans + [with_variant(c, tag) for tag in ("chunked-passes", "bcast") for c in scans]
 
 
 @pytest.mark.parametrize("cfg", _scan_variants(), ids=lambda c: c.name)

@@ -225,28 +225,6 @@ def test_scan_gather_is_bit_identical(dtype, scan_calls):
     assert len(scan_calls) == 2
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
-def test_scan_prefetch_is_bit_identical(dtype, scan_calls, monkeypatch):
-    """``MimoConfig.scan_prefetch``: the three walks over state chunks (the scan forward, its states-only walk, the
-    reverse state walk) with each next chunk's token range loaded a step ahead give every error against float64
-    unchanged, over packed sequences of 1, 13 and 3 tokens (idle steps, and look-ahead past a sequence's last
-    chunk), two P blocks, input states and GQA."""
-    import dataclasses
-
-    from mamba3.ops.mimo import launch
-    from mamba3.ops.mimo.configs import MimoConfig
-    from mamba3.testing.calls import count_calls
-
-    calls = count_calls(monkeypatch, launch, "scan_states", "state_scan_bwd")
-    cfg = MimoConfig(**SCAN, scan_bp=16, scan_states=True, scan_dstates=True, name="tiny-scan-bp16")
-    kw = dict(bsz=1, seqlen=17, nheads=4, ngroups=2, dstate=16, headdim=24, rank=2, states=True,
-              cu_seqlens=[0, 1, 14, 17])
-    errs = _check(dtype, config=cfg, **kw)
-    assert not cfg.scan_prefetch
-    assert _check(dtype, config=dataclasses.replace(cfg, scan_prefetch=True), **kw) == errs
-    assert len(scan_calls) == 2 and len(calls["scan_states"]) == 2 and len(calls["state_scan_bwd"]) == 2
-
-
 @pytest.mark.parametrize("flags", [dict(scan_states=True), dict(scan_dstates=True),
                                    dict(scan_states=True, scan_dstates=True)], ids=["states", "dstates", "both"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])

@@ -111,7 +111,7 @@ def coefficient_loads(coef_ptr, plane, base, t0, L, C: tl.constexpr):
 @triton.jit
 def walk_chunk(first, n, jj, REVERSE: tl.constexpr):
     """The chunk at step jj of a walk over a sequence's n ≥ 1 chunks from chunk ``first`` (REVERSE: from its last);
-    steps past the end give the walk's last chunk (for loads a step ahead: SISO's and MIMO's ``scan_prefetch``)."""
+    steps past the end give the walk's last chunk (for loads a step ahead: ``SisoConfig.scan_prefetch``)."""
     jj = tl.minimum(jj, n - 1)
     if REVERSE:
         return first + n - 1 - jj

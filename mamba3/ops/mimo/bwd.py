@@ -33,9 +33,9 @@ import triton.language as tl
 
 from ..common.tiles import fast_exp
 from .fwd import add_local_state
-from .tiles import (bcast_pairs, chunk_tokens, dot_operand, later_mask, load_pair_block, load_rank_p, load_rows_p,
-                    load_state_pair, mdot, mdot_split, pair_block_ptrs, pair_weights, qk_pointers, rot_pair, rows_of,
-                    state_block_ids, store_state_pair, token_decays, token_strides, token_tile, token_weights, vtilde)
+from .tiles import (bcast_pairs, dot_operand, later_mask, load_pair_block, load_rank_p, load_rows_p, load_state_pair,
+                    mdot, mdot_split, pair_block_ptrs, pair_weights, qk_pointers, rot_pair, rows_of, state_block_ids,
+                    store_state_pair, token_decays, token_strides, token_tile, token_weights, vtilde)
 
 
 @triton.jit(do_not_specialize=["NBC"])
@@ -88,7 +88,7 @@ def mimo_state_bwd_kernel(BUF, SIN, DSFIN, DS0, DCEND, G, SEQ_BC, H, PN, NBC,
 def mimo_state_scan_bwd_kernel(DY, Q, QB, ROT, CS, SIN, DSFIN, DSEND, DS0, DCEND, SEQ_TABLE, BC_START, BC_END,
                                MAX_BC, NBC, TT, H, HG, G, N2, A, P,
                                R: tl.constexpr, BM: tl.constexpr, BP: tl.constexpr, BK: tl.constexpr,
-                               HAS_DSFIN: tl.constexpr, DOT_PREC: tl.constexpr, PREFETCH: tl.constexpr = False):
+                               HAS_DSFIN: tl.constexpr, DOT_PREC: tl.constexpr):
     """The reverse state pass with each chunk's local dS formed on the way (``MimoConfig.scan_dstates``): per
     (P block × N-pair block, sequence, head), state chunks from the last: DSEND[c] ← dS (the gradient at the chunk's
     end), DCEND[blk, h, c] ← e^{g[c]}·⟨dS, S_in[c]⟩ (this block's part), dS ← e^{g[c]}·dS + Σ_i e^{c_i} dy_i q̃_iᵀ
@@ -107,17 +107,11 @@ def mimo_state_scan_bwd_kernel(DY, Q, QB, ROT, CS, SIN, DSFIN, DSEND, DS0, DCEND
         d1 = tl.zeros((BP, BK), dtype=tl.float32)
         d2 = tl.zeros((BP, BK), dtype=tl.float32)
     sq_t, sq_r, _sv_t, _, srot_t = token_strides(R, G, N2, H, P, A)
-    if PREFETCH:  # (``MimoConfig.scan_prefetch``) the next chunk's token range a step ahead
-        tb_next, te_next = chunk_tokens(BC_START, BC_END, first, nbc, 0, True)
     for j in range(MAX_BC):
         live = j < nbc
         bc = tl.where(live, first + nbc - 1 - j, 0)
-        if PREFETCH:
-            tb, te = tb_next, tl.where(live, te_next, tb_next)
-            tb_next, te_next = chunk_tokens(BC_START, BC_END, first, nbc, j + 1, True)
-        else:
-            tb = tl.load(BC_START + bc)
-            te = tl.where(live, tl.load(BC_END + bc), tb)
+        tb = tl.load(BC_START + bc)
+        te = tl.where(live, tl.load(BC_END + bc), tb)
         pv = tl.where(live, PV, 0)
         off = (bc * H + h).to(tl.int64) * PN + p0 * (2 * N2)
         store_state_pair(DSEND + off, d1, d2, k0, N2, pv, BP, BK)

@@ -89,10 +89,8 @@ class MimoConfig:
         (AOT sm_90, bf16): the chunk-parallel dq kernel 74 → 42 barriers but 189 → 361 reloads per head, the
         output kernel's backward pass 117 → 81 barriers but spills 264 → 712 B, the backward's reverse state walk
         (``mimo_state_scan_bwd_kernel``) 35 → 19 barriers but 19 → 88 reloads per chunk; so they broadcast.
-    scan_prefetch: the walks over state chunks (the scan forward, its states-only walk and the reverse state walk)
-        load the next chunk's token range a step ahead, so that a step's loads, which all need it, do not wait on
-        it (SISO's scan gained 2-3 % so, forty-eighth session: ``SisoConfig.scan_prefetch``). Bit-identical.
-        Prepared in that session (interpreter and AOT), not timed on a GPU: off.
+        (Loading each walk's next token range a step ahead, as SISO's ``scan_prefetch``, was timed on the H100 in the
+        forty-ninth session: 28.46 against 28.30 ms forward+backward at B8 T4096; removed.)
     bwd16_dqk: with ``bwd_dots16``, whether the dq and dk kernels take 16-bit dots on ``bk_bwd16`` blocks too (True)
         or keep tf32 dots on ``bk_bwd`` blocks, the dv kernel alone running 16-bit on ``bk_bwd16`` blocks (False, the
         default). H200, P = 64, bf16, B8 T4096, per kernel of one forward+backward (twenty-sixth session,
@@ -219,7 +217,6 @@ class MimoConfig:
     scan_states: bool = False
     scan_dstates: bool = False
     scan_gather: bool = True
-    scan_prefetch: bool = False
     name: str = "default"
 
     def __post_init__(self):

@@ -22,9 +22,9 @@ import triton
 import triton.language as tl
 
 from ..common.tiles import fast_exp, fast_sigmoid
-from .tiles import (chunk_tokens, dot_operand, load_rank_p, load_rows_p, load_state_pair, load_tok_rows, mdot,
-                    pair_weights, qk_pointers, rot_pair, rows_of, state_block_ids, store_rows_p, store_state_pair,
-                    token_strides, token_tile, vtilde)
+from .tiles import (dot_operand, load_rank_p, load_rows_p, load_state_pair, load_tok_rows, mdot, pair_weights,
+                    qk_pointers, rot_pair, rows_of, state_block_ids, store_rows_p, store_state_pair, token_strides,
+                    token_tile, vtilde)
 
 
 @triton.jit
@@ -269,7 +269,7 @@ def mimo_scan_out_kernel(Q, K, V, ROT, CS, GAM, SCL, QB, KB, PSI, ZETA, PHI, DD,
                          HAS_D: tl.constexpr, HAS_Z: tl.constexpr, HAS_OUT: tl.constexpr, NORM: tl.constexpr,
                          HAS_NW: tl.constexpr, HAS_S0: tl.constexpr, DOT_PREC: tl.constexpr,
                          TOK_PREC: tl.constexpr, STATES: tl.constexpr = False, GATHER: tl.constexpr = False,
-                         SAVE_Y: tl.constexpr = False, PREFETCH: tl.constexpr = False):
+                         SAVE_Y: tl.constexpr = False):
     """The whole forward of one (sequence, head, P block) in one walk over the sequence's state chunks, each one
     token tile (grid: (P blocks, sequences, H); ``MimoConfig.scan_fwd``). The state S (P block × N, fp32, as its two
     [BP, BK] pair halves) stays in registers: per chunk, y_i = e^{c_i}·S q̃_i + Σ_{j ≤ i} W_ij (q̃_i·k̃_j) ṽ_j + D ṽ_i,
@@ -282,8 +282,6 @@ def mimo_scan_out_kernel(Q, K, V, ROT, CS, GAM, SCL, QB, KB, PSI, ZETA, PHI, DD,
     each state chunk goes to SIN (state chunks, H, P, N), as the chunk-state kernel and the state pass give it.
     GATHER (``MimoConfig.scan_gather``): the per-token and per-rank operands loaded per row (:func:`rot_pair`).
     SAVE_Y (``MimoConfig.save_y``): y before the epilogue also goes to YS (TT, R, H, P; YS's dtype), for the backward.
-    PREFETCH (``MimoConfig.scan_prefetch``): the next state chunk's token range is loaded a step ahead, so that this
-    step's loads, which all need it, do not wait on it.
     (Running the output epilogue's backward in that walk as well, in place of the output kernel's backward pass, was
     timed on the H200 in the twenty-seventh session: 34.5 against 30.7 ms forward+backward at B8 T4096; removed.)"""
     pb = tl.program_id(0)
@@ -304,18 +302,11 @@ def mimo_scan_out_kernel(Q, K, V, ROT, CS, GAM, SCL, QB, KB, PSI, ZETA, PHI, DD,
     else:
         s1 = tl.zeros((BP, BK), dtype=tl.float32)
         s2 = tl.zeros((BP, BK), dtype=tl.float32)
-    if PREFETCH:
-        tok0_next, tend_next = chunk_tokens(BC_START, BC_END, first, nbc, 0)
     for j in range(MAX_BC):
         live = j < nbc
         bc = tl.where(live, first + j, 0)
-        if PREFETCH:
-            tok0, tend = tok0_next, tend_next
-            tok0_next, tend_next = chunk_tokens(BC_START, BC_END, first, nbc, j + 1)
-            ntok = tl.where(live, tend - tok0, 0)
-        else:
-            tok0 = tl.load(BC_START + bc)
-            ntok = tl.where(live, tl.load(BC_END + bc) - tok0, 0)
+        tok0 = tl.load(BC_START + bc)
+        ntok = tl.where(live, tl.load(BC_END + bc) - tok0, 0)
         t, r, valid = rows_of(ntok, R, BM)
         ti = tok0 + t
         ci = tl.load(CSh + ti, mask=valid, other=0.0)

@@ -277,8 +277,8 @@ def scan_forward(L: Launch, t, ys=None):
         T.seq_table, T.bc_start, T.bc_end, T.max_bc, L.TT, L.H, L.HG, L.G, L.N2, L.A, L.P, L.eps,
         R=L.R, BM=cfg.bm, BK=cfg.bk, BP=bp, HAS_D=t["D"] is not None, HAS_Z=t["z"] is not None, HAS_OUT=has_out,
         NORM=t["norm"], HAS_NW=t["nw"] is not None, HAS_S0=t["s0"] is not None, DOT_PREC=L.dot_prec,
-        TOK_PREC=L.fwd_prec, GATHER=cfg.scan_gather, PREFETCH=cfg.scan_prefetch, SAVE_Y=ys is not None,
-        num_warps=cfg.scan_warps, num_stages=cfg.stages)
+        TOK_PREC=L.fwd_prec, GATHER=cfg.scan_gather, SAVE_Y=ys is not None, num_warps=cfg.scan_warps,
+        num_stages=cfg.stages)
     return out, sfin
 
 
@@ -301,7 +301,7 @@ def scan_states(L: Launch, t):
         T.seq_table, T.bc_start, T.bc_end, T.max_bc, L.TT, L.H, L.HG, L.G, L.N2, L.A, L.P, L.eps,
         R=L.R, BM=cfg.bm, BK=cfg.bk, BP=bp, HAS_D=False, HAS_Z=False, HAS_OUT=False, NORM=False, HAS_NW=False,
         HAS_S0=t["s0"] is not None, DOT_PREC=L.dot_prec, TOK_PREC=L.fwd_prec, STATES=True, GATHER=cfg.scan_gather,
-        PREFETCH=cfg.scan_prefetch, num_warps=cfg.scan_warps, num_stages=cfg.stages)
+        num_warps=cfg.scan_warps, num_stages=cfg.stages)
     return sin
 
 
@@ -333,7 +333,7 @@ def state_scan_bwd(L: Launch, t, dy, sin, dsfin):
         dy, t["q"], t["qb"], t["rot"], t["cs"], sin, dsfin if dsfin is not None else sin, dsend, ds0, dcend,
         T.seq_table, T.bc_start, T.bc_end, T.max_bc, T.nbc, L.TT, L.H, L.HG, L.G, L.N2, L.A, L.P,
         R=L.R, BM=cfg.bm, BP=bps, BK=cfg.bk, HAS_DSFIN=dsfin is not None, DOT_PREC=L.dot_prec,
-        PREFETCH=cfg.scan_prefetch, num_warps=cfg.state_warps, num_stages=cfg.stages)
+        num_warps=cfg.state_warps, num_stages=cfg.stages)
     return dsend, ds0, dcend.sum(0)
 
 
@@ -447,15 +447,15 @@ def aot_kernel_launches(cfg: MimoConfig, headdim: int, dtype, arch: int, dstate:
                  H // G, G, N2, A, P, 1e-5),
                 dict(R=R, BM=cfg.bm, BK=cfg.bk, BP=bps, HAS_D=not states, HAS_Z=not states, HAS_OUT=not states,
                      NORM=bps >= BP and not states, HAS_NW=bps >= BP and not states, HAS_S0=True, DOT_PREC=prec,
-                     TOK_PREC=fwd_prec, STATES=states, GATHER=cfg.scan_gather, PREFETCH=cfg.scan_prefetch,
-                     SAVE_Y=cfg.save_y and not states, num_warps=cfg.scan_warps, num_stages=cfg.stages)))
+                     TOK_PREC=fwd_prec, STATES=states, GATHER=cfg.scan_gather, SAVE_Y=cfg.save_y and not states,
+                     num_warps=cfg.scan_warps, num_stages=cfg.stages)))
     if cfg.scan_dstates:
         bps = min(cfg.bp_state, BP)
         out.append(KernelLaunch(
             f"mimo_state_scan_bwd_kernel-{tag}", mimo_state_scan_bwd_kernel,
             (f, q, f, f, f, f, f, f, f, f, i32(16), i32(16), i32(16), 64, NBC, TT, H, H // G, G, N2, A, P),
-            dict(R=R, BM=cfg.bm, BP=bps, BK=cfg.bk, HAS_DSFIN=True, DOT_PREC=prec, PREFETCH=cfg.scan_prefetch,
-                 num_warps=cfg.state_warps, num_stages=cfg.stages)))
+            dict(R=R, BM=cfg.bm, BP=bps, BK=cfg.bk, HAS_DSFIN=True, DOT_PREC=prec, num_warps=cfg.state_warps,
+                 num_stages=cfg.stages)))
     bwd_w = dict(num_warps=cfg.warps_bwd, num_stages=cfg.stages)
     dqk_prec = dqk_precision(cfg, prec, bwd_prec)
     dpw = e(16, dt=dpw_dtype(cfg, dqk_prec, dtype)) if cfg.bwd_store_dpw else f

@@ -19,7 +19,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from ..common.tiles import fast_exp, split16, walk_chunk
+from ..common.tiles import fast_exp, split16
 
 
 @triton.jit
@@ -64,15 +64,6 @@ def mdot_split(a, b, acc, PREC: tl.constexpr):
 def token_tile(SC_START, SC_END, SC_BC, sc):
     """(first token, end token, state chunk) of token tile ``sc``."""
     return tl.load(SC_START + sc), tl.load(SC_END + sc), tl.load(SC_BC + sc)
-
-
-@triton.jit
-def chunk_tokens(BC_START, BC_END, first, nbc, j, REVERSE: tl.constexpr = False):
-    """(first token, end token) of step j's state chunk in a walk over a sequence's nbc ≥ 1 chunks from chunk
-    ``first`` (REVERSE: from its last; a step past the end reads the last chunk's, unused). For walks that load it a
-    step ahead (``MimoConfig.scan_prefetch``)."""
-    bc = walk_chunk(first, nbc, j, REVERSE)
-    return tl.load(BC_START + bc), tl.load(BC_END + bc)
 
 
 @triton.jit
