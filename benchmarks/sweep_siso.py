@@ -53,7 +53,7 @@ CANDIDATES = {
     "bf16-joined-c64-w4/8-pf211": ("bf16", SisoConfig(64, 64, 64, 4, 8, 1, scan_prefetch=(2, 1, 1))),
     "bf16-joined-c64-w4/8-pf221": ("bf16", SisoConfig(64, 64, 64, 4, 8, 1, scan_prefetch=(2, 2, 1))),
     # the output kernel's loops over N blocks (scores, inter-chunk term) not unrolled (11, before the forty-ninth
-    # session) or one of them (SisoConfig.output_unroll; the default unrolls both two-block loops on 16-bit dots).
+    # session) or one of them (SisoConfig.output_unroll; sm_90's default unrolls both two-block loops on 16-bit dots).
     # H100, alternated: output kernel 0.613-0.622 / 0.568-0.580 / 0.593-0.594 ms, (2, 2) 0.559
     "bf16-joined-c64-w4/8-unroll11": ("bf16", SisoConfig(64, 64, 64, 4, 8, 1, output_unroll=(1, 1))),
     "bf16-joined-c64-w4/8-unroll21": ("bf16", SisoConfig(64, 64, 64, 4, 8, 1, output_unroll=(2, 1))),

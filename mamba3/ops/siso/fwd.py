@@ -308,9 +308,9 @@ def output_kernel(q_ptr, k_ptr, v_ptr, z_ptr, o_ptr, qb_ptr, kb_ptr, d_ptr, coef
                   N: tl.constexpr, P: tl.constexpr, C: tl.constexpr, BN: tl.constexpr, BP: tl.constexpr,
                   HAS_Z: tl.constexpr, HAS_D: tl.constexpr, HAS_BIAS: tl.constexpr,
                   HALVES: tl.constexpr, DOT_DT: tl.constexpr, PREC: tl.constexpr, STRIDED: tl.constexpr,
-                  UNROLL_QK: tl.constexpr = 1, UNROLL_S: tl.constexpr = 1):
+                  UNROLL_QK: tl.constexpr, UNROLL_S: tl.constexpr):
     # UNROLL_QK, UNROLL_S (``SisoConfig.output_unroll``): unroll factors of the two loops over N blocks (the
-    # scores, the inter-chunk term), so the next block's loads can issue before this block's dots
+    # scores, the inter-chunk term), so the next block's loads can issue before this block's dots (1: a loop)
     sq_b, sv_b, s_h, s_b, _ = batch_strides(T, H, sq_t, sv_t, 0)
     pid = tl.program_id(0).to(tl.int64)  # 1-D grid: chunk, head, P block (fastest)
     pb = pid % (P // BP)
