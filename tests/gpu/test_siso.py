@@ -74,9 +74,8 @@ def _same_with_flag_on(args, flag, monkeypatch, reordered=(), scan=True, exact_f
     (those in ``reordered``, or every gradient with "all", sums taken in another order: within 1e-6; without
     ``exact_forward``, the output and final states within 1e-6 too), then the flag's run within the bars against
     float64."""
-    from mamba3.ops.siso.check import force_config, siso_kernel
+    from mamba3.ops.siso.check import assert_same_results, force_config, siso_kernel
     from mamba3.testing.compare import with_grads
-    from mamba3.testing.errors import rel_frobenius
 
     forced = dict(scan_states=scan)
     force_config(monkeypatch, **forced, **{flag: off})
@@ -84,20 +83,7 @@ def _same_with_flag_on(args, flag, monkeypatch, reordered=(), scan=True, exact_f
     monkeypatch.undo()
     force_config(monkeypatch, **forced, **{flag: on})
     got = with_grads(siso_kernel(None), args, want[3])
-    for name, a, b in [("output", got[0], want[0])] + [(f"final state {i}", a, b)
-                                                       for i, (a, b) in enumerate(zip(got[1], want[1]))]:
-        if exact_forward:
-            assert torch.equal(a, b), f"{name} differs with {flag}"
-        else:
-            err = rel_frobenius(a, b)
-            assert err < 1e-6, f"{name} differs by {err:.2e} with {flag}"
-    for name in want[2]:
-        assert (got[2][name] is None) == (want[2][name] is None), name
-        if (reordered == "all" or name in reordered) and got[2][name] is not None:
-            err = rel_frobenius(got[2][name], want[2][name])
-            assert err < 1e-6, f"d_{name} differs by {err:.2e} with {flag}"
-        else:
-            assert got[2][name] is None or torch.equal(got[2][name], want[2][name]), name
+    assert_same_results(got, want, near=reordered, exact_forward=exact_forward, context=f" with {flag}")
     _check(args)
 
 
