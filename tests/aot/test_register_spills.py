@@ -1,4 +1,4 @@
-"""Register spills of the SISO and decode-step kernels the dispatcher chooses by default (ptxas -v, sm_90 and
+"""Register spills of the SISO and decode-step kernels the dispatcher chooses by default (ptxas -v, sm_80, sm_90 and
 sm_120).
 
 A guard against ptxas's spill-everything mode: Triton 3.6 lowers an fp32 (IEEE) dot to FMA code that holds a
@@ -8,7 +8,9 @@ the same on sm_80/89/120 (28-35 KB), not on sm_90. The fp32 path's default tiles
 (``ops/siso/configs.py``). The bound below is far under that failure and above the spills the kernels have at the
 255-register cap (AOT, sm_90: bf16 bwd_dqk ≈ 0.4 KB; fp32 tf32x3 bwd_dv/bwd_dqk 1.4-2.7 KB; sm_120: bf16 bwd_dv 2.3 KB,
 bwd_dqk 1.6 KB), so it fails on a relapse, not on ordinary register pressure. Explicit non-default chunks are
-not covered (chunk 64 on the fp32 path off sm_90 is the caller's choice).
+not covered (chunk 64 on the fp32 path off sm_90 is the caller's choice). sm_80 has a failure of its own: there ptxas
+gave the bf16 bwd_dqk 32 registers and 9.8 KB of spills where the same PTX gets 255 and 1.9 KB on sm_86, until the
+launches passed an explicit register cap (``mamba3.dispatch.register_options``).
 """
 
 import os
@@ -20,7 +22,7 @@ from mamba3.testing.aot import compile_launch
 if os.environ.get("TRITON_INTERPRET") == "1":
     pytest.exit("tests/aot must run without TRITON_INTERPRET=1 (AOT compilation needs JITFunctions)", returncode=3)
 
-ARCHS = (90, 120)
+ARCHS = (80, 90, 120)
 MAX_SPILL_BYTES = 4096
 
 

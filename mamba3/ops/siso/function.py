@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 import triton.language as tl
 
-from mamba3.dispatch import DeviceSpec
+from mamba3.dispatch import DeviceSpec, register_options
 
 from ..checks import on_device_of
 from ..common.chunking import make_chunks
@@ -62,6 +62,8 @@ class _Ctx:
         spec = _spec(v)
         self.sm_count = spec.sm_count
         self.arch = spec.arch
+        # launch options of the chunk and gradient kernels (sm_80: an explicit register cap, see register_options)
+        self.reg = register_options(spec.arch)
         self.cfg = _CONFIG_OVERRIDE or choose_config(spec, problem_for(q, v, chunk_size))
         self.chunks = make_chunks(B, T, self.cfg.chunk, cu_seqlens, v.device)
         self.dot_dt = _TL[v.dtype] if v.dtype != torch.float32 and self.cfg.half_dots else tl.float32
@@ -208,7 +210,7 @@ def _chunk_states(ctx, mode, x, z, k, k_bias, coef, rot, plane, gsum, init, fina
               local)
     meta = dict(N=N, P=P, C=cfg.chunk, BN=cfg.bn, BP=cfg.bp, MODE=mode, HAS_Z=z is not None,
                 HAS_BIAS=k_bias is not None, HALVES=cfg.halves, DOT_DT=ctx.dot_dt, PREC=ctx.prec, STRIDED=ctx.strided,
-                num_warps=cfg.warps_chunk, num_stages=cfg.stages)
+                num_warps=cfg.warps_chunk, num_stages=cfg.stages, **ctx.reg)
     assert kend is None or mode == 1 and ctx.dot_dt != tl.float32, "kend: see _bwd_states16"
     if scan:
         fwd, fwd16, parts = kend if kend is not None else (st, st, st)
@@ -254,7 +256,7 @@ class SisoTritonFn(torch.autograd.Function):
             N=c.N, P=c.P, C=cfg.chunk, BN=cfg.bn, BP=cfg.bp, HAS_Z=z is not None, HAS_D=D is not None,
             HAS_BIAS=q_bias is not None, HALVES=cfg.halves, DOT_DT=c.dot_dt, PREC=c.prec, STRIDED=c.strided,
             UNROLL_QK=unroll_qk, UNROLL_S=unroll_s,
-            num_warps=cfg.warps_chunk, num_stages=cfg.stages)
+            num_warps=cfg.warps_chunk, num_stages=cfg.stages, **c.reg)
         return out, final_angle.to(torch.float32), final_ssm
 
     @staticmethod
@@ -326,7 +328,7 @@ def _backward(c, tensors, input_states, dout, dfa, dfssm, off=None, kept=None):
         ch.chunk_table, T, B, ddp.stride(0), c.sq_t, c.sv_t, H, c.HPG, A,
         N=N, P=P, C=cfg.chunk, BN=cfg.bn, BP=cfg.bp, HAS_Z=z is not None, HAS_D=D is not None,
         HAS_BIAS=q_bias is not None, HALVES=cfg.halves, DOT_DT=c.dot_dt, PREC=c.prec, KEND=not bwd16,
-        STORE_A1=store_a1, STRIDED=c.strided, num_warps=cfg.warps_bwd, num_stages=cfg.stages)
+        STORE_A1=store_a1, STRIDED=c.strided, num_warps=cfg.warps_bwd, num_stages=cfg.stages, **c.reg)
     dadt = torch.empty(B, H, T, device=dev, dtype=torch.float32)  # every token is written
     launch(decay_grad_kernel, (ch.nchunks * H,), gcs, bterm, kend, dadt, ch.chunk_table, T, B, kend.stride(0), H,
            NPB=npb, NKE=kend.shape[0], C=cfg.chunk, num_warps=1)
@@ -349,7 +351,7 @@ def _backward(c, tensors, input_states, dout, dfa, dfssm, off=None, kept=None):
         ch.chunk_table, T, B, c.sq_t, c.sv_t, H, c.HPG, hs, A,
         N=N, P=P, C=cfg.chunk, BN=cfg.bn, BP=cfg.bp, HAS_BIAS=has_bias,
         HALVES=cfg.halves, DOT_DT=c.dot_dt, PREC=c.prec, LOAD_A1=store_a1, STRIDED=c.strided,
-        num_warps=cfg.warps_bwd, num_stages=cfg.stages)
+        num_warps=cfg.warps_bwd, num_stages=cfg.stages, **c.reg)
     del st, dst, rot, dy, a1
     if hs > 1:
         dq, dk = dq.sum(0).to(q.dtype), dk.sum(0).to(k.dtype)
