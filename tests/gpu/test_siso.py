@@ -130,6 +130,17 @@ def test_output_unroll(feature, dtype, unroll, monkeypatch):
 
 
 @pytest.mark.parametrize("path", ["scan", "chunked"])
+@pytest.mark.parametrize("feature", ["base", "varlen-states", "T-odd", "shared-angles"])
+@pytest.mark.parametrize("dtype", ["bf16", "fp32"])
+def test_skip_unrotated(feature, dtype, path, monkeypatch):
+    """``SisoConfig.skip_unrotated`` (no rotation arithmetic on N blocks past the A rotated pairs): bit for bit the
+    results of rotating them by (sin, cos) = (0, 1), and within the bars against float64, at N = P = 128 with A = 24
+    (the first block's angle columns partly masked, the later blocks unrotated)."""
+    _same_with_flag_on(_case(dtype=DT[dtype], N=128, P=128, A=24, **FEATURES[feature]), "skip_unrotated", monkeypatch,
+                       scan=path == "scan")
+
+
+@pytest.mark.parametrize("path", ["scan", "chunked"])
 @pytest.mark.parametrize("feature", ["base", "states", "varlen-states", "T-odd"])
 @pytest.mark.parametrize("dtype", ["bf16", "fp16"])
 def test_save_states(feature, dtype, path, monkeypatch):

@@ -160,6 +160,14 @@ class SisoConfig:
     # (2, 1) 0.568-0.580, (1, 2) 0.593-0.594, (2, 2) 0.559; forward 1.231-1.233 / 1.188 / 1.208-1.211 / 1.174,
     # forward+backward 6.203-6.281 / 6.185-6.251 / 6.216-6.226 / 6.171.
     output_unroll: tuple | None = None
+    # The rotation of q and k (and the states' k̃) skips its arithmetic on N blocks past the A rotated pairs (a
+    # uniform branch per block) in the chunk-state kernels, the scan, the output kernel and bwd_dv, where it multiplied
+    # by cos = 1 and sin = 0 (N = 128, A = 32: every other 64-wide block). The same values (x·1 − y·0 = x). Prepared
+    # in the fiftieth session, untimed (no device time left). AOT sm_90, bf16 N = 128, registers / spill bytes per
+    # thread, off → on: output kernel 255 / 8 → 249 / 0, forward scan 202 → 210, reverse scan 252 → 250, bwd_dv 253 →
+    # 253, no other spills. bwd_dqk keeps its unconditional rotation: there the branches raised its spills 256 → 368 B
+    # (both rotations), 408 or 428 (either alone).
+    skip_unrotated: bool = False
 
     def __post_init__(self):
         if self.halves and self.half_dots:

@@ -210,7 +210,7 @@ def _chunk_states(ctx, mode, x, z, k, k_bias, coef, rot, plane, gsum, init, fina
               local)
     meta = dict(N=N, P=P, C=cfg.chunk, BN=cfg.bn, BP=cfg.bp, MODE=mode, HAS_Z=z is not None,
                 HAS_BIAS=k_bias is not None, HALVES=cfg.halves, DOT_DT=ctx.dot_dt, PREC=ctx.prec, STRIDED=ctx.strided,
-                num_warps=cfg.warps_chunk, num_stages=cfg.stages, **ctx.reg)
+                SKIP_ROT=cfg.skip_unrotated, num_warps=cfg.warps_chunk, num_stages=cfg.stages, **ctx.reg)
     assert kend is None or mode == 1 and ctx.dot_dt != tl.float32, "kend: see _bwd_states16"
     if scan:
         fwd, fwd16, parts = kend if kend is not None else (st, st, st)
@@ -255,7 +255,7 @@ class SisoTritonFn(torch.autograd.Function):
             ch.chunk_table, c.T, c.sq_t, c.sv_t, c.H, c.HPG, c.A,
             N=c.N, P=c.P, C=cfg.chunk, BN=cfg.bn, BP=cfg.bp, HAS_Z=z is not None, HAS_D=D is not None,
             HAS_BIAS=q_bias is not None, HALVES=cfg.halves, DOT_DT=c.dot_dt, PREC=c.prec, STRIDED=c.strided,
-            UNROLL_QK=unroll_qk, UNROLL_S=unroll_s,
+            UNROLL_QK=unroll_qk, UNROLL_S=unroll_s, SKIP_ROT=cfg.skip_unrotated,
             num_warps=cfg.warps_chunk, num_stages=cfg.stages, **c.reg)
         return out, final_angle.to(torch.float32), final_ssm
 
@@ -328,7 +328,8 @@ def _backward(c, tensors, input_states, dout, dfa, dfssm, off=None, kept=None):
         ch.chunk_table, T, B, ddp.stride(0), c.sq_t, c.sv_t, H, c.HPG, A,
         N=N, P=P, C=cfg.chunk, BN=cfg.bn, BP=cfg.bp, HAS_Z=z is not None, HAS_D=D is not None,
         HAS_BIAS=q_bias is not None, HALVES=cfg.halves, DOT_DT=c.dot_dt, PREC=c.prec, KEND=not bwd16,
-        STORE_A1=store_a1, STRIDED=c.strided, num_warps=cfg.warps_bwd, num_stages=cfg.stages, **c.reg)
+        STORE_A1=store_a1, STRIDED=c.strided, SKIP_ROT=cfg.skip_unrotated, num_warps=cfg.warps_bwd,
+        num_stages=cfg.stages, **c.reg)
     dadt = torch.empty(B, H, T, device=dev, dtype=torch.float32)  # every token is written
     launch(decay_grad_kernel, (ch.nchunks * H,), gcs, bterm, kend, dadt, ch.chunk_table, T, B, kend.stride(0), H,
            NPB=npb, NKE=kend.shape[0], C=cfg.chunk, num_warps=1)

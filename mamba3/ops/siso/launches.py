@@ -28,7 +28,8 @@ at N = 32 (names end in ``-strided``). On the fp32-operand path at P > bp the ha
 on fp32 operands); with the flag off bwd_dqk forms M∘(dY Vᵀ) itself, compiled for fp32 at P = 128. The reverse
 pass of ``mamba3_siso(save_states=True)`` (on the forward's 16-bit states, nothing copied; names ending ``-kept``) is
 compiled for bf16 chunk-parallel and on the scan, and the scan with ``SisoConfig.scan_prefetch`` 2 in all three
-walks for bf16 (names ending ``-prefetch2``; the default forward walk's too).
+walks for bf16 (names ending ``-prefetch2``; the default forward walk's too). ``SisoConfig.skip_unrotated`` is
+compiled for bf16 at P = 64, chunk-parallel and on the scan, and for fp32 at its bp (names ending ``-skiprot``).
 """
 from __future__ import annotations
 
@@ -74,6 +75,11 @@ def _problem_classes(spec, default_only: bool = False):
         # SisoConfig.scan_prefetch 2 in every walk (the default, compiled above, has it in the forward walk only; 0
         # carries less than either)
         yield torch.bfloat16, None, 128, dict(_SCAN, scan_prefetch=(2, 2, 2))
+        # SisoConfig.skip_unrotated (the rotation's arithmetic skipped past the rotated pairs): bf16 chunk-parallel and
+        # on the scan, fp32 on its halves
+        yield torch.bfloat16, None, 128, dict(skip_unrotated=True), 64
+        yield torch.bfloat16, None, 128, dict(_SCAN, skip_unrotated=True), 64
+        yield torch.float32, None, 128, dict(skip_unrotated=True), fp32_bp
     yield torch.float32, None, 16, {}
     yield torch.bfloat16, None, 32, {}
 
@@ -140,6 +146,8 @@ def aot_launches(arch: int, *, default_only: bool = False) -> list[KernelLaunch]
                 name += f"-prefetch{meta['PREFETCH']}"
             if meta.get("STRIDED"):
                 name += "-strided"
+            if meta.get("SKIP_ROT"):
+                name += "-skiprot"
             if (meta.get("STORE_A1") or meta.get("LOAD_A1")) and meta["P"] > meta["BP"]:
                 name += "-a1blocks"
             out.append(KernelLaunch(name=name, kernel=kernel, args=tuple(args), meta=dict(meta)))
