@@ -46,12 +46,13 @@ CI_ARCHS: tuple[int, ...] = (80, 86, 89, 90, 100, 120)
 
 
 def register_options(arch: int) -> dict:
-    """Launch options for the heavy chunk kernels on compute capability ``arch``: on sm_80 an explicit
-    ``maxnreg=255`` (``.maxnreg`` in the PTX). Without it the ptxas of Triton 3.6 gives some kernels that need 255
-    registers only 32 on sm_80 and spills 10-20 KB per thread (AOT: SISO bf16 bwd_dqk at N = 128, P = 64, the
-    dispatcher's choice there, 32 registers / 9838 B of spill stores, with the option 255 / 1876 B; SISO fp32 bwd_dv
-    at chunk 64 32 / 19556 → 255 / 2716; MIMO's P = 128 output epilogue with ``save_y`` 32 / 5676), while the same
-    PTX compiles to 255 registers on sm_86. Elsewhere nothing: the timed compiles stay as they are."""
+    """Launch options of SISO's two gradient kernels (bwd_dv, bwd_dqk) on compute capability ``arch``: on sm_80 an
+    explicit ``maxnreg=255`` (``.maxnreg`` in the PTX). Without it the ptxas of Triton 3.6 gives the dispatcher's bf16
+    bwd_dqk at N = 128, P = 64 32 registers and 9838 B of spill stores per thread on sm_80 (255 / 1876 B with it;
+    the same PTX gets 255 / 1952 B on sm_86 without it), and the fp32 bwd_dv at chunk 64 32 / 20624 B (255 / 3024);
+    no other SISO gradient kernel's allocation changes on sm_80 (AOT, every ``aot_launches`` entry). Not applied to the
+    chunk-state and output kernels, where it only raised register counts (e.g. 96 → 108, fp32 72 → 104) without
+    spills to remove. Elsewhere nothing: the timed compiles stay as they are."""
     return {"maxnreg": 255} if arch == 80 else {}
 
 

@@ -2,12 +2,10 @@
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 import triton
-
-from mamba3.dispatch import register_options
 
 from ..common.state_passing import state_passing
 from .bwd import mimo_bwd_dqk_kernel, mimo_bwd_dv_kernel, mimo_state_bwd_kernel, mimo_state_scan_bwd_kernel
@@ -113,8 +111,6 @@ class Launch:
     bwd_prec: str  # the dq, dk and dv kernels' dots: "bf16"/"fp16" for 16-bit inputs with cfg.bwd_dots16, else dot_prec
     # (the dq and dk kernels: dot_prec where cfg.bwd16_dqk is off, see dqk_precision)
     eps: float
-    # launch options of the chunk kernels on this architecture (mamba3.dispatch.register_options)
-    reg: dict = field(default_factory=dict)
 
     @property
     def HG(self):
@@ -166,7 +162,7 @@ def chunk_states(L: Launch, mode: int, x, y, bias, rot, cs, scl, psi):
         x, sx_t, sx_r, psi, y, L.R * L.G * 2 * L.N2, L.G * 2 * L.N2, bias, rot, L.H * 2 * L.A, cs, scl, out,
         T.bc_start, T.bc_end, L.TT, L.H, L.HG, L.G, L.N2, L.A, L.P,
         R=L.R, BM=cfg.bm, BP=bps, BK=cfg.bk, MODE=mode, DOT_PREC=L.fwd_prec if mode == 0 else L.dot_prec,
-        num_warps=cfg.state_warps, num_stages=cfg.stages, **L.reg)
+        num_warps=cfg.state_warps, num_stages=cfg.stages)
     return out
 
 
@@ -243,7 +239,7 @@ def out_pass(L: Launch, t, sin, bwd=False, dout=None, ys=None):
         R=L.R, BM=cfg.bm, BK=cfg.bk, BP=L.BP, HAS_D=t["D"] is not None, HAS_Z=t["z"] is not None,
         HAS_OUT=has_out, NORM=t["norm"], HAS_NW=t["nw"] is not None, BWD=bwd, ONE_K=L.N2 <= cfg.bk,
         DOT_PREC=L.dot_prec, TOK_PREC=L.dot_prec if bwd else L.fwd_prec, Y_IO=0 if ys is None else 1 + bwd,
-        num_warps=cfg.warps, num_stages=cfg.stages, **L.reg)
+        num_warps=cfg.warps, num_stages=cfg.stages)
     if not bwd:
         return out
     return dy, dz, dphip, dzetap, dnwp
@@ -282,7 +278,7 @@ def scan_forward(L: Launch, t, ys=None):
         R=L.R, BM=cfg.bm, BK=cfg.bk, BP=bp, HAS_D=t["D"] is not None, HAS_Z=t["z"] is not None, HAS_OUT=has_out,
         NORM=t["norm"], HAS_NW=t["nw"] is not None, HAS_S0=t["s0"] is not None, DOT_PREC=L.dot_prec,
         TOK_PREC=L.fwd_prec, GATHER=cfg.scan_gather, SAVE_Y=ys is not None, num_warps=cfg.scan_warps,
-        num_stages=cfg.stages, **L.reg)
+        num_stages=cfg.stages)
     return out, sfin
 
 
@@ -305,7 +301,7 @@ def scan_states(L: Launch, t):
         T.seq_table, T.bc_start, T.bc_end, T.max_bc, L.TT, L.H, L.HG, L.G, L.N2, L.A, L.P, L.eps,
         R=L.R, BM=cfg.bm, BK=cfg.bk, BP=bp, HAS_D=False, HAS_Z=False, HAS_OUT=False, NORM=False, HAS_NW=False,
         HAS_S0=t["s0"] is not None, DOT_PREC=L.dot_prec, TOK_PREC=L.fwd_prec, STATES=True, GATHER=cfg.scan_gather,
-        num_warps=cfg.scan_warps, num_stages=cfg.stages, **L.reg)
+        num_warps=cfg.scan_warps, num_stages=cfg.stages)
     return sin
 
 
@@ -337,7 +333,7 @@ def state_scan_bwd(L: Launch, t, dy, sin, dsfin):
         dy, t["q"], t["qb"], t["rot"], t["cs"], sin, dsfin if dsfin is not None else sin, dsend, ds0, dcend,
         T.seq_table, T.bc_start, T.bc_end, T.max_bc, T.nbc, L.TT, L.H, L.HG, L.G, L.N2, L.A, L.P,
         R=L.R, BM=cfg.bm, BP=bps, BK=cfg.bk, HAS_DSFIN=dsfin is not None, DOT_PREC=L.dot_prec,
-        num_warps=cfg.state_warps, num_stages=cfg.stages, **L.reg)
+        num_warps=cfg.state_warps, num_stages=cfg.stages)
     return dsend, ds0, dcend.sum(0)
 
 
@@ -384,14 +380,14 @@ def backward(L: Launch, t, sin, dout, dsfin, ys=None):
         dv, dpsip, ddp, dscl, dgam, dcv, dpw,
         TB.sc_start, TB.sc_end, TB.sc_bc, TB.bc_start, TB.bc_end, L.TT, L.H, L.HG, L.G, L.N2, L.A, L.P, nsl,
         R=L.R, BM=cfg.bm_bwd, BK=cfg.dv_block, BP=L.BP, HAS_D=t["D"] is not None, ONE_K=L.N2 <= cfg.dv_block,
-        DOT_PREC=L.bwd_prec, STORE_DPW=cfg.bwd_store_dpw, num_warps=cfg.warps_bwd, num_stages=cfg.stages, **L.reg)
+        DOT_PREC=L.bwd_prec, STORE_DPW=cfg.bwd_store_dpw, num_warps=cfg.warps_bwd, num_stages=cfg.stages)
     for is_k, dx, dxbp in ((False, dq, dqbp), (True, dk, dkbp)):
         mimo_bwd_dqk_kernel[(nkb, TB.nsc, L.G)](
             q, k, v, rot, cs, gam, scl, t["qb"], t["kb"], t["psi"], dy, sin, dsend, dpw, dx, dth, dcp, dxbp,
             TB.sc_start, TB.sc_end, TB.sc_bc, TB.bc_start, TB.bc_end, L.TT, L.H, L.HG, L.G, L.N2, L.A, L.P, nsl,
             R=L.R, BM=cfg.bm_bwd, BK=cfg.bk_bwd, BP=L.BP, IS_K=is_k,
             DOT_PREC=dqk_prec, LOAD_DPW=cfg.bwd_store_dpw,
-            num_warps=cfg.warps_bwd, num_stages=cfg.stages, **L.reg)
+            num_warps=cfg.warps_bwd, num_stages=cfg.stages)
     dcs = dcp.sum(0) + dcv.sum(0)
     dcs.index_add_(1, (T.bc_end - 1).long(), dcend)
     return dict(q=dq, k=dk, v=dv, theta=dth[..., :L.A], cs=dcs, gam=dgam, scl=dscl, qb=dqbp.sum(0), kb=dkbp.sum(0),
@@ -420,8 +416,7 @@ def aot_kernel_launches(cfg: MimoConfig, headdim: int, dtype, arch: int, dstate:
     ys = e(16, dt=ys_dtype(cfg, dtype))
     tag = f"{cfg.name}-N{N}-P{P}-{str(dtype).split('.')[-1]}"
     bps = min(cfg.bp_state, BP)
-    reg = register_options(arch)  # as the runtime launches pass them (Launch.reg)
-    common_w = dict(num_warps=cfg.warps, num_stages=cfg.stages, **reg)
+    common_w = dict(num_warps=cfg.warps, num_stages=cfg.stages)
     out = []
     for mode in (0, 1):
         x = v if mode == 0 else f
@@ -430,7 +425,7 @@ def aot_kernel_launches(cfg: MimoConfig, headdim: int, dtype, arch: int, dstate:
             (x, H * P if mode == 0 else R * H * P, 0 if mode == 0 else H * P, f, q, R * G * N, G * N, f, f, H * 2 * A,
              f, f, f, i32(16), i32(16), TT, H, H // G, G, N2, A, P),
             dict(R=R, BM=cfg.bm, BP=bps, BK=cfg.bk, MODE=mode, DOT_PREC=fwd_prec if mode == 0 else prec,
-                 num_warps=cfg.state_warps, num_stages=cfg.stages, **reg)))
+                 num_warps=cfg.state_warps, num_stages=cfg.stages)))
     out.append(KernelLaunch(f"mimo_state_bwd_kernel-{tag}", mimo_state_bwd_kernel,
                             (f, f, f, f, f, f, i32(16), H, P * N, NBC),
                             dict(HAS_DSFIN=True, BLK=STATE_BLK, num_warps=4, num_stages=1)))
@@ -453,15 +448,15 @@ def aot_kernel_launches(cfg: MimoConfig, headdim: int, dtype, arch: int, dstate:
                 dict(R=R, BM=cfg.bm, BK=cfg.bk, BP=bps, HAS_D=not states, HAS_Z=not states, HAS_OUT=not states,
                      NORM=bps >= BP and not states, HAS_NW=bps >= BP and not states, HAS_S0=True, DOT_PREC=prec,
                      TOK_PREC=fwd_prec, STATES=states, GATHER=cfg.scan_gather, SAVE_Y=cfg.save_y and not states,
-                     num_warps=cfg.scan_warps, num_stages=cfg.stages, **reg)))
+                     num_warps=cfg.scan_warps, num_stages=cfg.stages)))
     if cfg.scan_dstates:
         bps = min(cfg.bp_state, BP)
         out.append(KernelLaunch(
             f"mimo_state_scan_bwd_kernel-{tag}", mimo_state_scan_bwd_kernel,
             (f, q, f, f, f, f, f, f, f, f, i32(16), i32(16), i32(16), 64, NBC, TT, H, H // G, G, N2, A, P),
             dict(R=R, BM=cfg.bm, BP=bps, BK=cfg.bk, HAS_DSFIN=True, DOT_PREC=prec, num_warps=cfg.state_warps,
-                 num_stages=cfg.stages, **reg)))
-    bwd_w = dict(num_warps=cfg.warps_bwd, num_stages=cfg.stages, **reg)
+                 num_stages=cfg.stages)))
+    bwd_w = dict(num_warps=cfg.warps_bwd, num_stages=cfg.stages)
     dqk_prec = dqk_precision(cfg, prec, bwd_prec)
     dpw = e(16, dt=dpw_dtype(cfg, dqk_prec, dtype)) if cfg.bwd_store_dpw else f
     for is_k in (False, True):

@@ -62,7 +62,7 @@ class _Ctx:
         spec = _spec(v)
         self.sm_count = spec.sm_count
         self.arch = spec.arch
-        # launch options of the chunk and gradient kernels (sm_80: an explicit register cap, see register_options)
+        # launch options of the two gradient kernels (sm_80: an explicit register cap, see register_options)
         self.reg = register_options(spec.arch)
         self.cfg = _CONFIG_OVERRIDE or choose_config(spec, problem_for(q, v, chunk_size))
         self.chunks = make_chunks(B, T, self.cfg.chunk, cu_seqlens, v.device)
@@ -210,7 +210,7 @@ def _chunk_states(ctx, mode, x, z, k, k_bias, coef, rot, plane, gsum, init, fina
               local)
     meta = dict(N=N, P=P, C=cfg.chunk, BN=cfg.bn, BP=cfg.bp, MODE=mode, HAS_Z=z is not None,
                 HAS_BIAS=k_bias is not None, HALVES=cfg.halves, DOT_DT=ctx.dot_dt, PREC=ctx.prec, STRIDED=ctx.strided,
-                SKIP_ROT=cfg.skip_unrotated, num_warps=cfg.warps_chunk, num_stages=cfg.stages, **ctx.reg)
+                SKIP_ROT=cfg.skip_unrotated, num_warps=cfg.warps_chunk, num_stages=cfg.stages)
     assert kend is None or mode == 1 and ctx.dot_dt != tl.float32, "kend: see _bwd_states16"
     if scan:
         fwd, fwd16, parts = kend if kend is not None else (st, st, st)
@@ -256,7 +256,7 @@ class SisoTritonFn(torch.autograd.Function):
             N=c.N, P=c.P, C=cfg.chunk, BN=cfg.bn, BP=cfg.bp, HAS_Z=z is not None, HAS_D=D is not None,
             HAS_BIAS=q_bias is not None, HALVES=cfg.halves, DOT_DT=c.dot_dt, PREC=c.prec, STRIDED=c.strided,
             UNROLL_QK=unroll_qk, UNROLL_S=unroll_s, SKIP_ROT=cfg.skip_unrotated,
-            num_warps=cfg.warps_chunk, num_stages=cfg.stages, **c.reg)
+            num_warps=cfg.warps_chunk, num_stages=cfg.stages)
         return out, final_angle.to(torch.float32), final_ssm
 
     @staticmethod
