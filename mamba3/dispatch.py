@@ -44,18 +44,6 @@ OPTIN_SMEM: dict[int, int] = {
 # Architectures the AOT lane compiles every kernel configuration for.
 CI_ARCHS: tuple[int, ...] = (80, 86, 89, 90, 100, 120)
 
-
-def register_options(arch: int) -> dict:
-    """Launch options of SISO's two gradient kernels (bwd_dv, bwd_dqk) on compute capability ``arch``: on sm_80 an
-    explicit ``maxnreg=255`` (``.maxnreg`` in the PTX). Without it the ptxas of Triton 3.6 gives the dispatcher's bf16
-    bwd_dqk at N = 128, P = 64 32 registers and 9838 B of spill stores per thread on sm_80 (255 / 1876 B with it;
-    the same PTX gets 255 / 1952 B on sm_86 without it), and the fp32 bwd_dv at chunk 64 32 / 20624 B (255 / 3024);
-    no other SISO gradient kernel's allocation changes on sm_80 (AOT, every ``aot_launches`` entry). Not applied to the
-    chunk-state and output kernels, where it only raised register counts (e.g. 96 → 108, fp32 72 → 104) without
-    spills to remove. Elsewhere nothing: the timed compiles stay as they are."""
-    return {"maxnreg": 255} if arch == 80 else {}
-
-
 # Op name -> its configuration module (imported lazily, see the module docstring for the protocol).
 OPS: dict[str, str] = {
     "siso": "mamba3.ops.siso.configs",

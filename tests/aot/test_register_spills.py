@@ -10,7 +10,7 @@ the same on sm_80/89/120 (28-35 KB), not on sm_90. The fp32 path's default tiles
 bwd_dqk 1.6 KB), so it fails on a relapse, not on ordinary register pressure. Explicit non-default chunks are
 not covered (chunk 64 on the fp32 path off sm_90 is the caller's choice). sm_80 has a failure of its own: there ptxas
 gave the bf16 bwd_dqk 32 registers and 9.8 KB of spills where the same PTX gets 255 and 1.9 KB on sm_86, until the
-gradient kernels' launches passed an explicit register cap there (``mamba3.dispatch.register_options``).
+gradient kernels' launches passed an explicit register cap there (``mamba3.ops.siso.configs.gradient_launch_options``).
 """
 
 import os

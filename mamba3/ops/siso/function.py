@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 import triton.language as tl
 
-from mamba3.dispatch import DeviceSpec, register_options
+from mamba3.dispatch import DeviceSpec
 
 from ..checks import on_device_of
 from ..common.chunking import make_chunks
@@ -24,7 +24,7 @@ from ..common.cumsum import angle_backward, angle_offsets, chunk_sums, rotation_
 from ..common.launch import launch
 from ..common.state_passing import state_passing, state_slabs
 from .bwd import bwd_dqk_kernel, bwd_dv_kernel, decay_grad_kernel, trap_grad_kernel
-from .configs import choose_config, problem_for
+from .configs import choose_config, gradient_launch_options, problem_for
 from .fwd import chunk_state_kernel, chunk_state_scan_kernel, output_kernel
 
 _TL = {torch.float32: tl.float32, torch.bfloat16: tl.bfloat16, torch.float16: tl.float16}
@@ -62,8 +62,8 @@ class _Ctx:
         spec = _spec(v)
         self.sm_count = spec.sm_count
         self.arch = spec.arch
-        # launch options of the two gradient kernels (sm_80: an explicit register cap, see register_options)
-        self.reg = register_options(spec.arch)
+        # launch options of the two gradient kernels (sm_80: an explicit register cap)
+        self.bwd_options = gradient_launch_options(spec.arch)
         self.cfg = _CONFIG_OVERRIDE or choose_config(spec, problem_for(q, v, chunk_size))
         self.chunks = make_chunks(B, T, self.cfg.chunk, cu_seqlens, v.device)
         self.dot_dt = _TL[v.dtype] if v.dtype != torch.float32 and self.cfg.half_dots else tl.float32
@@ -329,7 +329,7 @@ def _backward(c, tensors, input_states, dout, dfa, dfssm, off=None, kept=None):
         N=N, P=P, C=cfg.chunk, BN=cfg.bn, BP=cfg.bp, HAS_Z=z is not None, HAS_D=D is not None,
         HAS_BIAS=q_bias is not None, HALVES=cfg.halves, DOT_DT=c.dot_dt, PREC=c.prec, KEND=not bwd16,
         STORE_A1=store_a1, STRIDED=c.strided, SKIP_ROT=cfg.skip_unrotated, num_warps=cfg.warps_bwd,
-        num_stages=cfg.stages, **c.reg)
+        num_stages=cfg.stages, **c.bwd_options)
     dadt = torch.empty(B, H, T, device=dev, dtype=torch.float32)  # every token is written
     launch(decay_grad_kernel, (ch.nchunks * H,), gcs, bterm, kend, dadt, ch.chunk_table, T, B, kend.stride(0), H,
            NPB=npb, NKE=kend.shape[0], C=cfg.chunk, num_warps=1)
@@ -352,7 +352,7 @@ def _backward(c, tensors, input_states, dout, dfa, dfssm, off=None, kept=None):
         ch.chunk_table, T, B, c.sq_t, c.sv_t, H, c.HPG, hs, A,
         N=N, P=P, C=cfg.chunk, BN=cfg.bn, BP=cfg.bp, HAS_BIAS=has_bias,
         HALVES=cfg.halves, DOT_DT=c.dot_dt, PREC=c.prec, LOAD_A1=store_a1, STRIDED=c.strided,
-        num_warps=cfg.warps_bwd, num_stages=cfg.stages, **c.reg)
+        num_warps=cfg.warps_bwd, num_stages=cfg.stages, **c.bwd_options)
     del st, dst, rot, dy, a1
     if hs > 1:
         dq, dk = dq.sum(0).to(q.dtype), dk.sum(0).to(k.dtype)

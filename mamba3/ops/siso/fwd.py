@@ -272,7 +272,7 @@ def rotated_qk_halves(q_ptr, k_ptr, qb_ptr, kb_ptr, rot_ptr, rot_plane, qrow, ar
         qk = tl.sum(qe * ke + qo * ko, 1)
         qre, qro, kre, kro = rotate_two_pairs(qe, qo, ke, ko, rot_ptr, rot_plane, arow, m, pa, A, C, BH)
         return qre, qro, kre * sc, kro * sc, qk
-    else:
+    else:  # as before the flag, written out: through ``rotate`` ptxas reorders bwd_dv's instructions
         si, co = rotation_tile(rot_ptr, rot_plane, arow, m, pa, A, C, BH)
         return (qe * co - qo * si, qe * si + qo * co, (ke * co - ko * si) * sc, (ke * si + ko * co) * sc,
                 tl.sum(qe * ke + qo * ko, 1))
