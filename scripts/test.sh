@@ -10,7 +10,7 @@
 #      interp     TRITON_INTERPRET=1 pytest tests/interp    (kernels on CPU tensors via the Triton interpreter)
 #      aot        pytest tests/aot                          (every kernel config compiled for sm_80..sm_120, no GPU:
 #                                                            shared memory must fit each architecture's opt-in limit;
-#                                                            default SISO/step kernels must not spill wholesale)
+#                                                            default SISO/MIMO/step kernels must not spill wholesale)
 # The interpreter and AOT lanes cannot share a process: @triton.jit reads TRITON_INTERPRET when a kernel is defined.
 #
 # Knobs: MAMBA3_SKIP_SETUP=1 (use $PYTHON or python3 as is), MAMBA3_TEST_JOBS=N (pytest-xdist workers per lane,

@@ -57,6 +57,9 @@ class AotResult:
     n_regs: int | None  # registers per thread (cuobjdump REG:)
     n_spills: int | None  # spill-store bytes from the ptxas -v log (None unless compile_launch(..., spills=True))
     local: int | None = None  # local memory per thread (cuobjdump LOCAL:), bytes
+    # stack frame per thread (cuobjdump STACK:), bytes: where ptxas puts spilled registers (its slots are reused, so
+    # it is at most the spill stores' bytes and often less)
+    stack: int | None = None
     ttgir: str | None = None  # the TritonGPU IR (layouts), with compile_launch(..., ir=True)
     sass: str | None = None  # cuobjdump -sass of the cubin, with compile_launch(..., sass=True)
     # nvdisasm --print-line-info of the cubin (each instruction under its source file and line), with
@@ -197,6 +200,7 @@ def compile_launch(launch: KernelLaunch, arch: int, *, spills: bool = False, ir:
         n_regs=res.get("REG"),
         n_spills=n_spills,
         local=res.get("LOCAL"),
+        stack=res.get("STACK"),
         ttgir=compiled.asm["ttgir"] if ir else None,
         sass=_cubin_tool(compiled.asm["cubin"], "-sass") if sass else None,
         sass_lines=_cubin_tool(compiled.asm["cubin"], "--print-line-info", "nvdisasm") if lines else None,

@@ -358,6 +358,29 @@ def for_grid(cfg: MimoConfig, *, programs: int, sm_count: int | None, rank: int,
     return cfg.scan_variant() if pays else replace(cfg, scan_fwd=False)
 
 
+def output_launch_options(arch: int, bp: int, fp32_inputs: bool, y_io: int) -> dict:
+    """Launch options of ``mimo_out_kernel`` on compute capability ``arch`` (BP ``bp``; ``y_io`` as the kernel's
+    Y_IO: 0 y computed, 1 the forward stores it, 2 the epilogue backward reads it): an explicit ``maxnreg=255``
+    where the ptxas of Triton 3.6 otherwise drops into its spill-everything allocation, nothing elsewhere. AOT, N =
+    128, registers / spill-store bytes per thread without → with the cap (every ``aot_launches`` entry compiled for
+    every CI architecture; ``tests/aot/test_register_spills.py`` fails on a new one):
+
+    - sm_100, fp32 inputs, BP = 32 (the dispatcher's P = 32 bucket there), the kernels that compute y: forward 56 /
+      8368 → 255 / 2520 (8508 → 2520 when it stores y), epilogue backward 56 / 9536 → 255 / 2528. The backward
+      that reads y (152 / 0) and the 16-bit kernels (222-226 / 0) do not collapse, and the cap only moves them
+      (152 → 202), so they go without it.
+    - sm_80, 16-bit inputs, BP = 128, the epilogue backward that reads y: 32 / 5676 → 255 / 908. The same PTX gets
+      255 registers on sm_86. The cap leaves every other BP = 128 output kernel on sm_80 as it was, but raises
+      the registers of the smaller buckets' backward that reads y without spills to remove (P = 32: 140-147 →
+      204-206), so it goes no further.
+
+    (The SISO gradient kernels' cap on sm_80 is ``siso.configs.gradient_launch_options``.) Untimed: no A100 or
+    B200 is lent; a 32-56-register allocation with 5-9.5 KB of spills per thread is what the cap removes."""
+    collapses = ((arch == 100 and bp == 32 and fp32_inputs and y_io != 2)
+                 or (arch == 80 and bp == 128 and not fp32_inputs and y_io == 2))
+    return {"maxnreg": 255} if collapses else {}
+
+
 def smem_estimates(cfg: MimoConfig, headdim: int) -> dict[str, int]:
     """Upper bounds (bytes) of each tile kernel's shared memory: every fp32 dot operand of the kernel counted
     once, without the reuse Triton's allocator does (measured values are 40–70 % of these; the AOT lane

@@ -175,7 +175,7 @@ def mimo_triton(q, k, v, adt, dt, trap, q_bias, k_bias, mimo_v, mimo_z, mimo_out
     dot_prec, fwd_prec, bwd_prec = _launch.dot_precisions(v.dtype, cfg, precision)
     L = _launch.Launch(cfg=cfg, tables=tables, tables_bwd=tables_bwd, TT=TT, H=H, G=ngroups, R=rank,
                        N2=dstate // 2, A=nangles, P=headdim, BP=block_p(headdim), dot_prec=dot_prec, fwd_prec=fwd_prec,
-                       bwd_prec=bwd_prec, eps=float(norm_eps))
+                       bwd_prec=bwd_prec, eps=float(norm_eps), arch=spec.arch)
 
     # ---- per-token preparation (PyTorch, differentiable) ----
     theta0 = None if input_states is None else input_states[0].to(f32).contiguous()

@@ -9,7 +9,7 @@ import triton
 
 from ..common.state_passing import state_passing
 from .bwd import mimo_bwd_dqk_kernel, mimo_bwd_dv_kernel, mimo_state_bwd_kernel, mimo_state_scan_bwd_kernel
-from .configs import MimoConfig, block_p, scan_block_p
+from .configs import MimoConfig, block_p, output_launch_options, scan_block_p
 from .fwd import mimo_chunk_state_kernel, mimo_out_kernel, mimo_scan_out_kernel
 
 # Elements of the (P·N) state per program of the state-passing kernels, which walk a sequence's state chunks in
@@ -111,6 +111,7 @@ class Launch:
     bwd_prec: str  # the dq, dk and dv kernels' dots: "bf16"/"fp16" for 16-bit inputs with cfg.bwd_dots16, else dot_prec
     # (the dq and dk kernels: dot_prec where cfg.bwd16_dqk is off, see dqk_precision)
     eps: float
+    arch: int  # the device's compute capability (launch options that depend on it: ``output_launch_options``)
 
     @property
     def HG(self):
@@ -232,14 +233,15 @@ def out_pass(L: Launch, t, sin, bwd=False, dout=None, ys=None):
         if t["nw"] is not None:
             dnwp = torch.empty(T.nsc, L.H, L.P, device=dev, dtype=f32)
     d = lambda x: dummy if x is None else x  # noqa: E731
+    y_io = 0 if ys is None else 1 + bwd
     mimo_out_kernel[(T.nsc, L.H)](
         q, k, v, rot, cs, gam, scl, t["qb"], t["kb"], t["psi"], d(t["zeta"]), d(t["phi"]), d(t["D"]),
         d(t["z"]), d(t["nw"]), sin, d(out), d(dout), d(dy), d(dz), d(dphip), d(dzetap), d(dnwp), d(ys),
         T.sc_start, T.sc_end, T.sc_bc, T.bc_start, L.TT, L.H, L.HG, L.G, L.N2, L.A, L.P, L.eps,
         R=L.R, BM=cfg.bm, BK=cfg.bk, BP=L.BP, HAS_D=t["D"] is not None, HAS_Z=t["z"] is not None,
         HAS_OUT=has_out, NORM=t["norm"], HAS_NW=t["nw"] is not None, BWD=bwd, ONE_K=L.N2 <= cfg.bk,
-        DOT_PREC=L.dot_prec, TOK_PREC=L.dot_prec if bwd else L.fwd_prec, Y_IO=0 if ys is None else 1 + bwd,
-        num_warps=cfg.warps, num_stages=cfg.stages)
+        DOT_PREC=L.dot_prec, TOK_PREC=L.dot_prec if bwd else L.fwd_prec, Y_IO=y_io, num_warps=cfg.warps,
+        num_stages=cfg.stages, **output_launch_options(L.arch, L.BP, v.dtype == torch.float32, y_io))
     if not bwd:
         return out
     return dy, dz, dphip, dzetap, dnwp
@@ -430,13 +432,14 @@ def aot_kernel_launches(cfg: MimoConfig, headdim: int, dtype, arch: int, dstate:
                             (f, f, f, f, f, f, i32(16), H, P * N, NBC),
                             dict(HAS_DSFIN=True, BLK=STATE_BLK, num_warps=4, num_stages=1)))
     for bwd in (False, True):
+        y_io = 1 + bwd if cfg.save_y else 0
         out.append(KernelLaunch(
             f"mimo_out_kernel[{'bwd' if bwd else 'fwd'}]-{tag}", mimo_out_kernel,
             (q, q, v, f, f, f, f, f, f, f, f, f, f, v, f, f, v, v, f, v, f, f, f, ys,
              i32(16), i32(16), i32(16), i32(16), TT, H, H // G, G, N2, A, P, 1e-5),
             dict(R=R, BM=cfg.bm, BK=cfg.bk, BP=BP, HAS_D=True, HAS_Z=True, HAS_OUT=True, NORM=True, HAS_NW=True,
                  BWD=bwd, ONE_K=N2 <= cfg.bk, DOT_PREC=prec, TOK_PREC=prec if bwd else fwd_prec,
-                 Y_IO=1 + bwd if cfg.save_y else 0, **common_w)))
+                 Y_IO=y_io, **common_w, **output_launch_options(arch, BP, dtype == torch.float32, y_io))))
     if cfg.scan_fwd:  # with the fused RMSNorm where the block holds all of P
         bps = scan_block_p(cfg, P, norm=False)
         for states in (False, True) if cfg.scan_states else (False,):
