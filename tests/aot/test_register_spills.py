@@ -1,6 +1,6 @@
-"""Register spills of the kernels the dispatcher chooses: SISO's defaults and every MIMO launch on every CI
-architecture, the decode step's on sm_90. Read from the cubin (cuobjdump's REG and STACK: the registers per thread
-and the stack frame ptxas spills into), so the lane compiles nothing twice.
+"""Register spills of the kernels the dispatcher chooses: SISO's defaults and every MIMO and decode-step launch, on
+every CI architecture. Read from the cubin (cuobjdump's REG and STACK: the registers per thread and the stack frame
+ptxas spills into), so the lane compiles nothing twice.
 
 A guard against ptxas's spill-everything mode, in which it gives a kernel a fraction of its 255 registers and
 spills the rest. Seen so far, registers / spill-store bytes / stack frame per thread:
@@ -40,10 +40,11 @@ def _default_launches():
     from mamba3.ops.siso.launches import aot_launches as siso_launches
     from mamba3.ops.step.configs import aot_launches as step_launches
 
-    out = [(90, launch) for launch in step_launches(90)]
+    out = []
     for arch in CI_ARCHS:
         out += [(arch, launch) for launch in siso_launches(arch, default_only=True)]
         out += [(arch, launch) for launch in mimo_launches(arch)]
+        out += [(arch, launch) for launch in step_launches(arch)]
     return out
 
 
