@@ -165,6 +165,23 @@ def test_siso_skip_unrotated(kw, scan, monkeypatch):
     run_and_compare(args, 16)
 
 
+@pytest.mark.parametrize("save_states", [False, True], ids=["recompute", "save_states"])
+@pytest.mark.parametrize("kw,tiles", [
+    (dict(dtype=torch.bfloat16, B=2, T=40, N=128, P=64, A=24, states=True), (32, 4)),
+    (dict(dtype=torch.float16, B=1, T=50, N=64, P=64, A=16, cu=[0, 25, 50]), (64, 8)),
+], ids=["bf16-N128-states-bp32", "fp16-N64-varlen-bp64"])
+def test_siso_scan_output(kw, tiles, save_states, monkeypatch):
+    """``SisoConfig.scan_output``: the forward as one walk per (sequence, head, P block) that writes the outputs
+    with the state in registers (no output kernel, no stored chunk states unless ``save_states``), within the bars
+    against float64, forward and backward."""
+    from mamba3.ops.siso.check import force_config, launched_kernels
+
+    force_config(monkeypatch, scan_states=True, scan_output=tiles)
+    launched = launched_kernels(monkeypatch)
+    run_and_compare(make_case(**kw), 16, save_states=save_states)
+    assert "scan_output_kernel" in launched and "output_kernel" not in launched, launched
+
+
 @pytest.mark.parametrize("dtype,B,T,cu,sms,forced,want", [
     ("bf16", 8, 4096, None, 132, None, True),     # H200 at the issue's shape: 512 programs
     ("bf16", 4, 8192, None, 132, None, True),     # 256 programs (≥ 1.5 per SM)

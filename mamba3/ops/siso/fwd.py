@@ -378,3 +378,70 @@ def output_kernel(q_ptr, k_ptr, v_ptr, z_ptr, o_ptr, qb_ptr, kb_ptr, d_ptr, coef
         zz = tl.load(z_ptr + vrow[:, None] + p[None, :], mask=m[:, None], other=0.0).to(tl.float32)
         y = y * zz * fast_sigmoid(zz)
     tl.store(o_ptr + vrow[:, None] + p[None, :], y.to(o_ptr.dtype.element_ty), mask=m[:, None])
+
+
+@triton.jit(do_not_specialize=["T", "rot_plane", "coef_plane", "max_chunks"])
+def scan_output_kernel(q_ptr, k_ptr, v_ptr, z_ptr, o_ptr, qb_ptr, kb_ptr, d_ptr, coef_ptr, coef_plane, rot_ptr,
+                       rot_plane, g_ptr, init_ptr, final_ptr, st_ptr, table_ptr, seq_table_ptr, max_chunks, T, sq_t,
+                       sv_t, H, HPG, A,
+                       N: tl.constexpr, P: tl.constexpr, C: tl.constexpr, BP: tl.constexpr,
+                       HAS_Z: tl.constexpr, HAS_D: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_INIT: tl.constexpr,
+                       STORE_S: tl.constexpr, DOT_DT: tl.constexpr, PREC: tl.constexpr):
+    """The whole forward after the rotation planes on the scan path (``SisoConfig.scan_output``; 16-bit dots): a
+    program per (sequence, head, P block) walks the sequence's chunks in order with the state S [BP, N] (fp32) in
+    registers, and per chunk writes the outputs (``output_kernel``'s, from the state entering the chunk rounded to
+    the dot dtype, as the output kernel rounds the stored one) and then adds the chunk's local state
+    Σ_j e^{cs_L − cs_j}·v_j (k̃_j·scale_j)ᵀ to the decayed S. No chunk state crosses memory and the sin / cos planes
+    and v are read once, where the scan and the output kernel write and read every chunk's state (268 MB each way
+    at B8 T4096 H32 N128 P64) and both read the planes. q̃ and k̃ are formed over all of N (one block), once per P
+    block. Start: init_ptr (NS, H, P, N) or 0; end: final_ptr (fp32). STORE_S: the states entering the chunks go to
+    st_ptr in the dot dtype as well (``save_states``)."""
+    sq_b, sv_b, s_h, s_b, _ = batch_strides(T, H, sq_t, sv_t, 0)
+    pid = tl.program_id(0).to(tl.int64)  # 1-D grid: sequence, head, P block (fastest)
+    pb = pid % (P // BP)
+    h = pid // (P // BP) % H
+    s = pid // (P // BP) // H
+    g = h // HPG
+    first = tl.load(seq_table_ptr + s * 2).to(tl.int64)
+    n = tl.load(seq_table_ptr + s * 2 + 1)
+    p = pb * BP + tl.arange(0, BP)
+    cols = tl.arange(0, N)
+    if HAS_INIT:
+        state = tl.load(init_ptr + (s * H + h) * P * N + p[:, None] * N + cols[None, :])
+    else:
+        state = tl.zeros((BP, N), dtype=tl.float32)
+    for jj in range(max_chunks):
+        if jj < n:
+            c = first + jj
+            bidx, t0, L, t_end = chunk_row(table_ptr, c)
+            i, m, gamma, scale, cs, cs_last = chunk_coefficients(coef_ptr, coef_plane, bidx * s_b + h * s_h, t0, L,
+                                                                 C)
+            t = t0 + i
+            qrow = bidx * sq_b + t * sq_t + g * N
+            arow = head_angle_rows(bidx, t, h, T, H, A)
+            qre, qro, kke, kko, qk = rotated_qk_halves(q_ptr, k_ptr, qb_ptr, kb_ptr, rot_ptr, rot_plane, qrow, arow,
+                                                       m, scale, 0, h * N, A, C, N, HAS_BIAS, False, False)
+            qr = join_pairs(qre, qro, C, N)
+            kk = join_pairs(kke, kko, C, N).to(DOT_DT)  # k̃·scale
+            vrow = bidx * sv_b + t * sv_t + h * P
+            v = tl.load(v_ptr + vrow[:, None] + p[None, :], mask=m[:, None], other=0.0)
+            scores = tl.dot(qr.to(DOT_DT), tl.trans(kk), input_precision=PREC)
+            diff = cs[:, None] - cs[None, :]
+            mm = tl.where(i[None, :] < i[:, None], fast_exp(tl.minimum(diff, 0.0)), 0.0) * scores
+            y = tl.dot(mm.to(DOT_DT), v.to(DOT_DT), input_precision=PREC)
+            s16 = state.to(DOT_DT)
+            if STORE_S:
+                tl.store(st_ptr + (c * H + h) * P * N + p[:, None] * N + cols[None, :], s16)
+            y = tl.dot((qr * fast_exp(cs)[:, None]).to(DOT_DT), tl.trans(s16), acc=y, input_precision=PREC)
+            w = tl.where(m, fast_exp(cs_last - cs), 0.0)
+            vw = tl.trans(v.to(tl.float32) * w[:, None]).to(DOT_DT)  # [BP, C]
+            state = fast_exp(tl.load(g_ptr + c * H + h)) * state + tl.dot(vw, kk, input_precision=PREC)
+            diag = gamma * qk
+            if HAS_D:
+                diag += tl.load(d_ptr + h).to(tl.float32)
+            y += diag[:, None] * v.to(tl.float32)
+            if HAS_Z:
+                zz = tl.load(z_ptr + vrow[:, None] + p[None, :], mask=m[:, None], other=0.0).to(tl.float32)
+                y = y * zz * fast_sigmoid(zz)
+            tl.store(o_ptr + vrow[:, None] + p[None, :], y.to(o_ptr.dtype.element_ty), mask=m[:, None])
+    tl.store(final_ptr + (s * H + h) * P * N + p[:, None] * N + cols[None, :], state)
