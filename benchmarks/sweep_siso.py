@@ -58,17 +58,6 @@ CANDIDATES = {
     "bf16-joined-c64-w4/8-unroll11": ("bf16", SisoConfig(64, 64, 64, 4, 8, 1, output_unroll=(1, 1))),
     "bf16-joined-c64-w4/8-unroll21": ("bf16", SisoConfig(64, 64, 64, 4, 8, 1, output_unroll=(2, 1))),
     "bf16-joined-c64-w4/8-unroll12": ("bf16", SisoConfig(64, 64, 64, 4, 8, 1, output_unroll=(1, 2))),
-    # the rotation's arithmetic skipped on N blocks past the A rotated pairs (SisoConfig.skip_unrotated; prepared in the
-    # fiftieth session): on the scan (B8) and the chunk-parallel path (B1); -rotall is the default
-    "bf16-joined-c64-w4/8-skiprot": ("bf16", SisoConfig(64, 64, 64, 4, 8, 1, skip_unrotated=True)),
-    "bf16-joined-c64-w4/8-rotall": ("bf16", SisoConfig(64, 64, 64, 4, 8, 1, skip_unrotated=False)),
-    # the forward as one walk writing the outputs (SisoConfig.scan_output, prepared in the fifty-first session) at
-    # (P block, warps); B8 only (the launcher's scan grids): at B1 the chunk-parallel path runs and nothing changes
-    "bf16-joined-c64-w4/8-scanout32w4": ("bf16", SisoConfig(64, 64, 64, 4, 8, 1, scan_output=(32, 4))),
-    "bf16-joined-c64-w4/8-scanout32w8": ("bf16", SisoConfig(64, 64, 64, 4, 8, 1, scan_output=(32, 8))),
-    "bf16-joined-c64-w4/8-scanout64w8": ("bf16", SisoConfig(64, 64, 64, 4, 8, 1, scan_output=(64, 8))),
-    "fp32-x3-c64-b32p64-w4/8-skiprot": ("fp32", SisoConfig(64, 32, 64, 4, 8, 1, half_dots=False, halves=True,
-                                                           fp32_prec="tf32x3", skip_unrotated=True)),
     # the forward's chunk states in fp32 where the scan runs (before SisoConfig.states16 became the default: half the
     # state traffic of the scan's stores and the output kernel's loads; bit-identical results)
     "bf16-joined-c64-w4/8-states32": ("bf16", SisoConfig(64, 64, 64, 4, 8, 1, states16=False)),

@@ -130,35 +130,6 @@ def test_output_unroll(feature, dtype, unroll, monkeypatch):
 
 
 @pytest.mark.parametrize("path", ["scan", "chunked"])
-@pytest.mark.parametrize("feature", ["base", "varlen-states", "T-odd", "shared-angles"])
-@pytest.mark.parametrize("dtype", ["bf16", "fp32"])
-def test_skip_unrotated(feature, dtype, path, monkeypatch):
-    """``SisoConfig.skip_unrotated`` (no rotation arithmetic on N blocks past the A rotated pairs): bit for bit the
-    results of rotating them by (sin, cos) = (0, 1), and within the bars against float64, at N = P = 128 with A = 24
-    (the first block's angle columns partly masked, the later blocks unrotated)."""
-    _same_with_flag_on(_case(dtype=DT[dtype], N=128, P=128, A=24, **FEATURES[feature]), "skip_unrotated", monkeypatch,
-                       scan=path == "scan")
-
-
-@pytest.mark.parametrize("save_states", [False, True], ids=["recompute", "save_states"])
-@pytest.mark.parametrize("tiles", [(32, 4), (32, 8), (64, 8)], ids=lambda t: f"bp{t[0]}-w{t[1]}")
-@pytest.mark.parametrize("shape", ["N128-P128", "N64-P64"])
-@pytest.mark.parametrize("feature", ["base", "states", "varlen-states", "T-odd", "gqa-H4-G1"])
-@pytest.mark.parametrize("dtype", ["bf16", "fp16"])
-def test_scan_output(feature, dtype, shape, tiles, save_states, monkeypatch):
-    """``SisoConfig.scan_output`` (the forward as one walk per sequence, head and P block, writing the outputs with
-    the state in registers; the scan forced): the walk ran, and within the bars against float64 with the backward
-    recomputing the states or on the walk's kept copy."""
-    from mamba3.ops.siso.check import force_config, launched_kernels
-
-    n, p = (128, 128) if shape == "N128-P128" else (64, 64)
-    force_config(monkeypatch, scan_states=True, scan_output=tiles)
-    launched = launched_kernels(monkeypatch)
-    _check(_case(dtype=DT[dtype], N=n, P=p, A=n // 4, **FEATURES[feature]), save_states=save_states)
-    assert "scan_output_kernel" in launched and "output_kernel" not in launched, launched
-
-
-@pytest.mark.parametrize("path", ["scan", "chunked"])
 @pytest.mark.parametrize("feature", ["base", "states", "varlen-states", "T-odd"])
 @pytest.mark.parametrize("dtype", ["bf16", "fp16"])
 def test_save_states(feature, dtype, path, monkeypatch):

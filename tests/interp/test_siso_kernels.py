@@ -145,43 +145,6 @@ def test_siso_scan_prefetch(prefetch, monkeypatch):
     run_and_compare(args, 16)
 
 
-@pytest.mark.parametrize("scan", [True, False], ids=["scan", "chunked"])
-@pytest.mark.parametrize("kw", [dict(B=1, T=45, N=64, P=32, A=12, cu=[0, 20, 45], states=True),
-                                dict(dtype=torch.bfloat16, B=1, T=40, N=128, P=64, A=24, states=True)],
-                         ids=["fp32-halves", "bf16-16bit-dots"])
-def test_siso_skip_unrotated(kw, scan, monkeypatch):
-    """``SisoConfig.skip_unrotated``: N blocks past the A rotated pairs skip the rotation's arithmetic (fp32: 16-wide
-    halves, the second block unrotated; bf16 at N = 128: the second 64-wide block), bit for bit the results of
-    rotating them by (sin, cos) = (0, 1), on both state paths, and within the float64 bars."""
-    from mamba3.ops.siso.check import force_config
-    from mamba3.testing.compare import with_grads
-
-    args = make_case(**kw)
-    force_config(monkeypatch, scan_states=scan, skip_unrotated=False)
-    want = with_grads(siso_kernel(16), args)
-    monkeypatch.undo()
-    force_config(monkeypatch, scan_states=scan, skip_unrotated=True)
-    assert_same_results(with_grads(siso_kernel(16), args, want[3]), want)
-    run_and_compare(args, 16)
-
-
-@pytest.mark.parametrize("save_states", [False, True], ids=["recompute", "save_states"])
-@pytest.mark.parametrize("kw,tiles", [
-    (dict(dtype=torch.bfloat16, B=2, T=40, N=128, P=64, A=24, states=True), (32, 4)),
-    (dict(dtype=torch.float16, B=1, T=50, N=64, P=64, A=16, cu=[0, 25, 50]), (64, 8)),
-], ids=["bf16-N128-states-bp32", "fp16-N64-varlen-bp64"])
-def test_siso_scan_output(kw, tiles, save_states, monkeypatch):
-    """``SisoConfig.scan_output``: the forward as one walk per (sequence, head, P block) that writes the outputs
-    with the state in registers (no output kernel, no stored chunk states unless ``save_states``), within the bars
-    against float64, forward and backward."""
-    from mamba3.ops.siso.check import force_config, launched_kernels
-
-    force_config(monkeypatch, scan_states=True, scan_output=tiles)
-    launched = launched_kernels(monkeypatch)
-    run_and_compare(make_case(**kw), 16, save_states=save_states)
-    assert "scan_output_kernel" in launched and "output_kernel" not in launched, launched
-
-
 @pytest.mark.parametrize("dtype,B,T,cu,sms,forced,want", [
     ("bf16", 8, 4096, None, 132, None, True),     # H200 at the issue's shape: 512 programs
     ("bf16", 4, 8192, None, 132, None, True),     # 256 programs (≥ 1.5 per SM)

@@ -16,9 +16,6 @@ Contract: every helper works on one chunk of one (sequence, head): rows ``i = 0.
 * ``rotation_tile``   (sin θ, cos θ) of a chunk's rows and one N block's angle columns, loaded from the fp32 planes
                       that ``cumsum.rotation_planes`` computes once per call (θ, its cumsum and sin/cos are not
                       recomputed by every kernel and N block).
-* ``rotate``          R(θ) of (even, odd) halves from their (sin, cos).
-* ``rotate_pairs``    R(θ) applied to a pair tile; with ``SKIP`` (and always in ``rotate_two_pairs``, q's and k's with
-                      one sin / cos load) no arithmetic on blocks past the rotated pairs.
 * ``fast_exp``, ``fast_sigmoid``  e^x and σ(x) by libdevice's flush-to-zero fast paths in compiled kernels (the
                       accuracy of tl.exp / tl.sigmoid in about a third of the instructions), tl.exp / tl.sigmoid
                       under the interpreter.
@@ -204,42 +201,6 @@ def rotation_tile(rot_ptr, plane, row, m, pa, A, C: tl.constexpr, BH: tl.constex
         si = tl.zeros([C, BH], dtype=tl.float32)
         co = tl.full([C, BH], 1.0, dtype=tl.float32)
     return si, co
-
-
-@triton.jit
-def rotate(e, o, si, co):
-    """R(θ)(e, o): the even / odd halves of rotation pairs turned by the angles whose (sin, cos) are (si, co)."""
-    return e * co - o * si, e * si + o * co
-
-
-@triton.jit
-def rotate_pairs(e, o, rot_ptr, plane, row, m, pa, A, C: tl.constexpr, BH: tl.constexpr, SKIP: tl.constexpr):
-    """R(θ) applied to a pair tile's (even, odd) halves [C, BH] with :func:`rotation_tile`'s sin / cos. SKIP: a block
-    past the A rotated pairs comes back as it is, without the rotation's arithmetic (N = 128, A = 32 on 64-wide
-    blocks: every other block); the same values either way (x·1 − y·0 = x)."""
-    if SKIP:
-        re = e
-        ro = o
-        if tl.min(pa, 0) < A:
-            re, ro = rotate(e, o, *rotation_tile(rot_ptr, plane, row, m, pa, A, C, BH))
-    else:
-        re, ro = rotate(e, o, *rotation_tile(rot_ptr, plane, row, m, pa, A, C, BH))
-    return re, ro
-
-
-@triton.jit
-def rotate_two_pairs(ae, ao, be, bo, rot_ptr, plane, row, m, pa, A, C: tl.constexpr, BH: tl.constexpr):
-    """:func:`rotate_pairs` with SKIP of two pair tiles of the same rows and angle columns (q and k), one sin / cos
-    load."""
-    are = ae
-    aro = ao
-    bre = be
-    bro = bo
-    if tl.min(pa, 0) < A:
-        si, co = rotation_tile(rot_ptr, plane, row, m, pa, A, C, BH)
-        are, aro = rotate(ae, ao, si, co)
-        bre, bro = rotate(be, bo, si, co)
-    return are, aro, bre, bro
 
 
 @triton.jit

@@ -62,7 +62,7 @@ def bwd_dv_kernel(q_ptr, k_ptr, v_ptr, z_ptr, do_ptr, dv_ptr, dz_ptr, dy_ptr, qb
                   N: tl.constexpr, P: tl.constexpr, C: tl.constexpr, BN: tl.constexpr, BP: tl.constexpr,
                   HAS_Z: tl.constexpr, HAS_D: tl.constexpr, HAS_BIAS: tl.constexpr,
                   HALVES: tl.constexpr, DOT_DT: tl.constexpr, PREC: tl.constexpr, KEND: tl.constexpr,
-                  STORE_A1: tl.constexpr, STRIDED: tl.constexpr, SKIP_ROT: tl.constexpr):
+                  STORE_A1: tl.constexpr, STRIDED: tl.constexpr):
     # STRIDED: HALVES's pair tiles are loaded by stride-2 accesses (``SisoConfig.contiguous_halves`` off), else as
     # contiguous tiles split in registers
     # KEND: this kernel forms e^{cs_L}⟨dSe, S⟩ from fp32 states; without it the reverse state scan did
@@ -96,7 +96,7 @@ def bwd_dv_kernel(q_ptr, k_ptr, v_ptr, z_ptr, do_ptr, dv_ptr, dz_ptr, dy_ptr, qb
         if HALVES:
             qre, qro, kke, kko, qk_block = rotated_qk_halves(q_ptr, k_ptr, qb_ptr, kb_ptr, rot_ptr,
                                                              rot_plane, qrow, arow, m, scale,
-                                                             nb, h * N, A, C, BN, HAS_BIAS, STRIDED, SKIP_ROT)
+                                                             nb, h * N, A, C, BN, HAS_BIAS, STRIDED)
             se, so = state_halves(st_ptr, sbase, p, nb, N, BN, STRIDED)  # [BP, BN/2] fp32 each
             dse, dso = state_halves(dst_ptr, sbase, p, nb, N, BN, STRIDED)
             if KEND:
@@ -109,8 +109,7 @@ def bwd_dv_kernel(q_ptr, k_ptr, v_ptr, z_ptr, do_ptr, dv_ptr, dz_ptr, dy_ptr, qb
             acc_kd = tl.dot(kko, tl.trans(dso), acc=acc_kd, input_precision=PREC)
         else:
             qr, kk, qk_block = rotated_qk_block(q_ptr, k_ptr, qb_ptr, kb_ptr, rot_ptr, rot_plane,
-                                                qrow, arow, m, scale, nb, h * N, A, C, BN, HAS_BIAS, DOT_DT,
-                                                SKIP_ROT)
+                                                qrow, arow, m, scale, nb, h * N, A, C, BN, HAS_BIAS, DOT_DT)
             n = nb * BN + tl.arange(0, BN)
             s = tl.load(st_ptr + sbase + p[:, None] * N + n[None, :])  # [BP, BN] fp32
             dse = tl.load(dst_ptr + sbase + p[:, None] * N + n[None, :])

@@ -160,21 +160,6 @@ class SisoConfig:
     # (2, 1) 0.568-0.580, (1, 2) 0.593-0.594, (2, 2) 0.559; forward 1.231-1.233 / 1.188 / 1.208-1.211 / 1.174,
     # forward+backward 6.203-6.281 / 6.185-6.251 / 6.216-6.226 / 6.171.
     output_unroll: tuple | None = None
-    # The rotation of q and k (and the states' k̃) skips its arithmetic on N blocks past the A rotated pairs (a
-    # uniform branch per block) in the chunk-state kernels, the scan, the output kernel and bwd_dv, where it multiplied
-    # by cos = 1 and sin = 0 (N = 128, A = 32: every other 64-wide block). The same values (x·1 − y·0 = x). Prepared
-    # in the fiftieth session, untimed (no device time left). AOT sm_90, bf16 N = 128, registers / spill bytes per
-    # thread, off → on: output kernel 255 / 8 → 249 / 0, forward scan 202 → 210, reverse scan 252 → 250, bwd_dv 253 →
-    # 253, no other spills. bwd_dqk keeps its unconditional rotation: there the branches raised its spills 256 → 368 B
-    # (both rotations), 408 or 428 (either alone).
-    skip_unrotated: bool = False
-    # (P block, warps) of ``scan_output_kernel``, the forward as one walk per (sequence, head, P block) with the state
-    # in registers, writing the outputs as it goes, where the forward runs the scan (``_scan_states``: 16-bit dots,
-    # equal-length sequences, a full grid) at N ≤ 128: the scan stops storing every chunk's state (268 MB at B8 T4096
-    # H32 N128 P64 in the dot dtype) and the output kernel's reading them and the sin / cos planes again (268 MB)
-    # goes. The local state's product takes k̃·scale as the scores do (the scan: v·scale), so the outputs differ
-    # from the two-kernel forward's by 16-bit rounding. (): off. Prepared in the fifty-first session, untimed.
-    scan_output: tuple = ()
 
     def __post_init__(self):
         if self.halves and self.half_dots:
@@ -185,9 +170,6 @@ class SisoConfig:
             raise ValueError(f"SisoConfig: fp32_prec must be 'ieee' or 'tf32x3', got {self.fp32_prec!r}")
         if len(self.scan_prefetch) != 3 or any(x not in (0, 1, 2) for x in self.scan_prefetch):
             raise ValueError(f"SisoConfig: scan_prefetch must be three of 0, 1, 2, got {self.scan_prefetch!r}")
-        if self.scan_output and (len(self.scan_output) != 2 or self.scan_output[0] not in (16, 32, 64, 128)
-                                 or self.scan_output[1] not in (4, 8)):
-            raise ValueError(f"SisoConfig: scan_output must be () or (P block, warps 4 or 8), got {self.scan_output!r}")
         if self.output_unroll is not None and (len(self.output_unroll) != 2 or
                                                any(not isinstance(x, int) or x < 1 for x in self.output_unroll)):
             raise ValueError(f"SisoConfig: output_unroll must be two unroll factors ≥ 1, got {self.output_unroll!r}")

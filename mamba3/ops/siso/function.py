@@ -25,7 +25,7 @@ from ..common.launch import launch
 from ..common.state_passing import state_passing, state_slabs
 from .bwd import bwd_dqk_kernel, bwd_dv_kernel, decay_grad_kernel, trap_grad_kernel
 from .configs import choose_config, gradient_launch_options, problem_for
-from .fwd import chunk_state_kernel, chunk_state_scan_kernel, output_kernel, scan_output_kernel
+from .fwd import chunk_state_kernel, chunk_state_scan_kernel, output_kernel
 
 _TL = {torch.float32: tl.float32, torch.bfloat16: tl.bfloat16, torch.float16: tl.float16}
 # The interpreter has no device: choose as for the smallest opt-in budget any supported GPU has.
@@ -139,8 +139,7 @@ def _states(ctx, q, k, v, adt, dt, trap, q_bias, k_bias, angles, input_states, o
     """Forward steps 1–3: θ offsets (``off``: already known), the per-token coefficient table (cs, γ, scale) and
     the state entering every chunk (nchunks, H, P, N): fp32, or with ``for_output`` (the forward, whose output
     kernel is the only reader) as ``_chunk_states`` stores them for the output kernel; without ``states`` (a
-    backward with the forward's copy, or the forward of ``_scan_output``) None, and no final state. Last, S_init
-    (``_s_init``)."""
+    backward with the forward's copy) None, and no final state."""
     ch = ctx.chunks
     H, A = ctx.H, ctx.A
     gsum, coef, off, final_angle = _chunk_sums(ctx, adt, dt, trap, angles, input_states, off)
@@ -150,16 +149,7 @@ def _states(ctx, q, k, v, adt, dt, trap, q_bias, k_bias, angles, input_states, o
     if states:
         final_ssm = torch.empty(ch.nseq, H, ctx.P, ctx.N, device=v.device, dtype=torch.float32)
         st = _chunk_states(ctx, 0, v, None, k, k_bias, coef, rot, plane, gsum, s0, final_ssm, for_output=for_output)
-    return (rot, plane), gsum, coef, st, final_angle, final_ssm, w0, off, s0
-
-
-def _scan_output(ctx) -> bool:
-    """Whether the forward runs as ``scan_output_kernel`` (``SisoConfig.scan_output``): where the forward's states
-    would come from the scan (``_scan_states``) on 16-bit dots, at N ≤ 128 (one q̃ / k̃ tile over all of N) and P
-    no smaller than the walk's P block."""
-    cfg = ctx.cfg
-    return bool(cfg.scan_output and ctx.dot_dt != tl.float32 and not cfg.halves and ctx.N <= 128
-                and ctx.P >= cfg.scan_output[0] and _scan_states(ctx))
+    return (rot, plane), gsum, coef, st, final_angle, final_ssm, w0, off
 
 
 def _state_blocks(ctx) -> int:
@@ -220,7 +210,7 @@ def _chunk_states(ctx, mode, x, z, k, k_bias, coef, rot, plane, gsum, init, fina
               local)
     meta = dict(N=N, P=P, C=cfg.chunk, BN=cfg.bn, BP=cfg.bp, MODE=mode, HAS_Z=z is not None,
                 HAS_BIAS=k_bias is not None, HALVES=cfg.halves, DOT_DT=ctx.dot_dt, PREC=ctx.prec, STRIDED=ctx.strided,
-                SKIP_ROT=cfg.skip_unrotated, num_warps=cfg.warps_chunk, num_stages=cfg.stages)
+                num_warps=cfg.warps_chunk, num_stages=cfg.stages)
     assert kend is None or mode == 1 and ctx.dot_dt != tl.float32, "kend: see _bwd_states16"
     if scan:
         fwd, fwd16, parts = kend if kend is not None else (st, st, st)
@@ -237,25 +227,6 @@ def _chunk_states(ctx, mode, x, z, k, k_bias, coef, rot, plane, gsum, init, fina
     return st
 
 
-def _scan_forward(ctx, q, k, v, z, out, q_bias, k_bias, D, coef, rot, plane, gsum, init, keep_states):
-    """The forward's outputs (into ``out``) and final states by ``scan_output_kernel`` (``_scan_output``); returns
-    (the states entering every chunk in the dot dtype where ``keep_states``, else None; the final states, fp32)."""
-    ch, cfg = ctx.chunks, ctx.cfg
-    H, N, P = ctx.H, ctx.N, ctx.P
-    bp, warps = cfg.scan_output
-    final = torch.empty(ch.nseq, H, P, N, device=v.device, dtype=torch.float32)
-    st = torch.empty(ch.nchunks, H, P, N, device=v.device, dtype=v.dtype) if keep_states else None
-    launch(scan_output_kernel, (ch.nseq * H * (P // bp),),
-           q, k, v, z if z is not None else v, out, q_bias if q_bias is not None else q,
-           k_bias if k_bias is not None else k, D if D is not None else v, coef, coef.stride(0), rot, plane, gsum,
-           init if init is not None else final, final, st if st is not None else final, ch.chunk_table, ch.seq_table,
-           ch.max_chunks, ctx.T, ctx.sq_t, ctx.sv_t, H, ctx.HPG, ctx.A,
-           N=N, P=P, C=cfg.chunk, BP=bp, HAS_Z=z is not None, HAS_D=D is not None, HAS_BIAS=q_bias is not None,
-           HAS_INIT=init is not None, STORE_S=keep_states, DOT_DT=ctx.dot_dt, PREC=ctx.prec, num_warps=warps,
-           num_stages=cfg.stages)
-    return st, final
-
-
 class SisoTritonFn(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, adt, dt, trap, q_bias, k_bias, angles, D, z, ang_in, ssm_in, k_in, v_in,
@@ -268,21 +239,15 @@ class SisoTritonFn(torch.autograd.Function):
         ch, cfg = c.chunks, c.cfg
         ctx.set_materialize_grads(False)
         out = torch.empty_like(v)
-        walk = _scan_output(c)
-        (rot, plane), gsum, coef, st, final_angle, final_ssm, _, off, s0 = _states(
-            c, q, k, v, adt, dt, trap, q_bias, k_bias, angles, input_states, for_output=True, states=not walk)
-        if walk:
-            st, final_ssm = _scan_forward(c, q, k, v, z, out, q_bias, k_bias, D, coef, rot, plane, gsum, s0,
-                                          keep_states=save_states and _bwd_states16(c))
+        (rot, plane), gsum, coef, st, final_angle, final_ssm, _, off = _states(
+            c, q, k, v, adt, dt, trap, q_bias, k_bias, angles, input_states, for_output=True)
         # save_states: the 16-bit states the output kernel reads, kept where the backward's reverse pass would
         # otherwise compute them again (_bwd_states16) and round them to this dtype
-        kept = st if save_states and st is not None and st.dtype != torch.float32 and _bwd_states16(c) else None
+        kept = st if save_states and st.dtype != torch.float32 and _bwd_states16(c) else None
         ctx.save_for_backward(q, k, v, adt, dt, trap, q_bias, k_bias, angles, D, z,
                               *(input_states if has_states else (None,) * 4), kept)
         # sizes, config and chunk tables (no second host sync for varlen), and the chunks' θ offsets (nchunks, H, A)
         ctx.meta = (c, has_states, off)
-        if walk:
-            return out, final_angle.to(torch.float32), final_ssm
         unroll_qk, unroll_s = cfg.output_unroll_factors(c.arch)
         launch(output_kernel, (ch.nchunks * c.H * (c.P // cfg.bp),),
             q, k, v, z if z is not None else v, out, q_bias if q_bias is not None else q,
@@ -290,8 +255,7 @@ class SisoTritonFn(torch.autograd.Function):
             ch.chunk_table, c.T, c.sq_t, c.sv_t, c.H, c.HPG, c.A,
             N=c.N, P=c.P, C=cfg.chunk, BN=cfg.bn, BP=cfg.bp, HAS_Z=z is not None, HAS_D=D is not None,
             HAS_BIAS=q_bias is not None, HALVES=cfg.halves, DOT_DT=c.dot_dt, PREC=c.prec, STRIDED=c.strided,
-            UNROLL_QK=unroll_qk, UNROLL_S=unroll_s, SKIP_ROT=cfg.skip_unrotated,
-            num_warps=cfg.warps_chunk, num_stages=cfg.stages)
+            UNROLL_QK=unroll_qk, UNROLL_S=unroll_s, num_warps=cfg.warps_chunk, num_stages=cfg.stages)
         return out, final_angle.to(torch.float32), final_ssm
 
     @staticmethod
@@ -317,7 +281,7 @@ def _backward(c, tensors, input_states, dout, dfa, dfssm, off=None, kept=None):
     if dout is None:
         dout = torch.zeros_like(v)
     dout = dout.contiguous()
-    (rot, plane), gsum, coef, st, _, _, w0, _, _ = _states(c, q, k, v, adt, dt, trap, q_bias, k_bias, angles,
+    (rot, plane), gsum, coef, st, _, _, w0, _ = _states(c, q, k, v, adt, dt, trap, q_bias, k_bias, angles,
                                                         input_states, off, states=kept is None)
     # local dS per chunk and the reverse state pass: the dS arriving at the end of every chunk
     ds_init = torch.empty(ch.nseq, H, P, N, device=dev, dtype=torch.float32)
@@ -363,8 +327,7 @@ def _backward(c, tensors, input_states, dout, dfa, dfssm, off=None, kept=None):
         ch.chunk_table, T, B, ddp.stride(0), c.sq_t, c.sv_t, H, c.HPG, A,
         N=N, P=P, C=cfg.chunk, BN=cfg.bn, BP=cfg.bp, HAS_Z=z is not None, HAS_D=D is not None,
         HAS_BIAS=q_bias is not None, HALVES=cfg.halves, DOT_DT=c.dot_dt, PREC=c.prec, KEND=not bwd16,
-        STORE_A1=store_a1, STRIDED=c.strided, SKIP_ROT=cfg.skip_unrotated, num_warps=cfg.warps_bwd,
-        num_stages=cfg.stages, **c.bwd_options)
+        STORE_A1=store_a1, STRIDED=c.strided, num_warps=cfg.warps_bwd, num_stages=cfg.stages, **c.bwd_options)
     dadt = torch.empty(B, H, T, device=dev, dtype=torch.float32)  # every token is written
     launch(decay_grad_kernel, (ch.nchunks * H,), gcs, bterm, kend, dadt, ch.chunk_table, T, B, kend.stride(0), H,
            NPB=npb, NKE=kend.shape[0], C=cfg.chunk, num_warps=1)

@@ -39,8 +39,8 @@ import triton
 import triton.language as tl
 
 from ..common.tiles import (add_bias_pairs, batch_strides, chunk_row, chunk_coefficients, coefficient_loads, fast_exp,
-                            fast_sigmoid, head_angle_rows, join_pairs, load_pairs, rotate_pairs, rotate_two_pairs,
-                            rotation_tile, split_pairs, walk_chunk)
+                            fast_sigmoid, head_angle_rows, join_pairs, load_pairs, rotation_tile, split_pairs,
+                            walk_chunk)
 
 
 @triton.jit
@@ -48,8 +48,7 @@ def local_chunk_state(x_ptr, z_ptr, k_ptr, kb_ptr, rot_ptr, rot_plane, bidx, t0,
                       p, T, sx_t, sk_t, H, HPG, A,
                       N: tl.constexpr, P: tl.constexpr, C: tl.constexpr, BN: tl.constexpr, BP: tl.constexpr,
                       MODE: tl.constexpr, HAS_Z: tl.constexpr, HAS_BIAS: tl.constexpr,
-                      HALVES: tl.constexpr, DOT_DT: tl.constexpr, PREC: tl.constexpr, STRIDED: tl.constexpr,
-                      SKIP_ROT: tl.constexpr):
+                      HALVES: tl.constexpr, DOT_DT: tl.constexpr, PREC: tl.constexpr, STRIDED: tl.constexpr):
     """Σ_j w_j·x_j k̃_jᵀ over the tokens j of chunk c for head h, state rows p and N block nb (fp32). MODE 0: x = v,
     k̃ = R(θ)(k + b_k), w = e^{cs_L − cs_j}·scale_j (the local state); MODE 1: x = dO ⊙ silu(z), k̃ = q̃, w = e^{cs_j}
     (the backward's local dS). The chunk is given by its table row (bidx, t0, L) and :func:`coefficient_loads`' cs_last,
@@ -79,8 +78,9 @@ def local_chunk_state(x_ptr, z_ptr, k_ptr, kb_ptr, rot_ptr, rot_plane, bidx, t0,
     ke, ko = load_pairs(k_ptr, krow, m, nb * BN, C, BN, STRIDED)
     if HAS_BIAS:
         ke, ko = add_bias_pairs(ke, ko, kb_ptr + h * N, nb * BN, BN, STRIDED)
-    kre, kro = rotate_pairs(ke, ko, rot_ptr, rot_plane, head_angle_rows(bidx, t, h, T, H, A), m, pa, A, C, BH,
-                            SKIP_ROT)
+    si, co = rotation_tile(rot_ptr, rot_plane, head_angle_rows(bidx, t, h, T, H, A), m, pa, A, C, BH)
+    kre = ke * co - ko * si
+    kro = ke * si + ko * co
     if HALVES:
         # a transposed register operand crashes Triton 3.6's FMA dots on Blackwell ("Illegal shared layout"),
         # so the A operand is loaded transposed from memory instead.
@@ -145,8 +145,7 @@ def chunk_state_kernel(x_ptr, z_ptr, k_ptr, kb_ptr, coef_ptr, coef_plane, rot_pt
                        table_ptr, T, sx_t, sk_t, H, HPG, A,
                        N: tl.constexpr, P: tl.constexpr, C: tl.constexpr, BN: tl.constexpr, BP: tl.constexpr,
                        MODE: tl.constexpr, HAS_Z: tl.constexpr, HAS_BIAS: tl.constexpr,
-                       HALVES: tl.constexpr, DOT_DT: tl.constexpr, PREC: tl.constexpr, STRIDED: tl.constexpr,
-                       SKIP_ROT: tl.constexpr):
+                       HALVES: tl.constexpr, DOT_DT: tl.constexpr, PREC: tl.constexpr, STRIDED: tl.constexpr):
     """The local state (MODE 0) or local dS (MODE 1) of every chunk, :func:`local_chunk_state`, into st_ptr (grid:
     chunks × H × blocks)."""
     c, h, nb, p = state_block_program(H, N, P, BN, BP)
@@ -155,7 +154,7 @@ def chunk_state_kernel(x_ptr, z_ptr, k_ptr, kb_ptr, coef_ptr, coef_plane, rot_pt
     cs_last, cs_rows, _, scale = coefficient_loads(coef_ptr, coef_plane, bidx * s_b + h * s_h, t0, L, C)
     a, b = local_chunk_state(x_ptr, z_ptr, k_ptr, kb_ptr, rot_ptr, rot_plane, bidx, t0, L, cs_last, cs_rows, scale, h,
                              nb, p, T, sx_t, sk_t, H, HPG, A, N, P, C, BN, BP, MODE, HAS_Z, HAS_BIAS, HALVES, DOT_DT,
-                             PREC, STRIDED, SKIP_ROT)
+                             PREC, STRIDED)
     store_state_block(st_ptr, (c * H + h) * P * N, a, b, p, nb, N, BN, HALVES, STRIDED)
 
 
@@ -167,7 +166,7 @@ def chunk_state_scan_kernel(x_ptr, z_ptr, k_ptr, kb_ptr, coef_ptr, coef_plane, r
                             MODE: tl.constexpr, HAS_Z: tl.constexpr, HAS_BIAS: tl.constexpr,
                             HALVES: tl.constexpr, DOT_DT: tl.constexpr, PREC: tl.constexpr,
                             HAS_INIT: tl.constexpr, REVERSE: tl.constexpr, KEND: tl.constexpr, STRIDED: tl.constexpr,
-                            COPY_S: tl.constexpr, PREFETCH: tl.constexpr, SKIP_ROT: tl.constexpr):
+                            COPY_S: tl.constexpr, PREFETCH: tl.constexpr):
     """``chunk_state_kernel`` and ``common.state_passing`` in one pass (``function._scan_states``): a program per
     (sequence, head, N block, P block) walks the sequence's chunks in order (REVERSE: from the last), stores the
     running state S entering the chunk (REVERSE: the dS leaving it) into st_ptr, then S ← e^{g_c}·S + the chunk's
@@ -224,7 +223,7 @@ def chunk_state_scan_kernel(x_ptr, z_ptr, k_ptr, kb_ptr, coef_ptr, coef_plane, r
                 bidx2, t02, L2, t_end2 = chunk_row(table_ptr, walk_chunk(first, n, jj + 2, REVERSE))
             la, lb = local_chunk_state(x_ptr, z_ptr, k_ptr, kb_ptr, rot_ptr, rot_plane, bidx, t0, L, cs_last,
                                        cs_rows, scale, h, nb, p, T, sx_t, sk_t, H, HPG, A, N, P, C, BN, BP, MODE,
-                                       HAS_Z, HAS_BIAS, HALVES, DOT_DT, PREC, STRIDED, SKIP_ROT)
+                                       HAS_Z, HAS_BIAS, HALVES, DOT_DT, PREC, STRIDED)
             decay = fast_exp(tl.load(g_ptr + c * H + h))
             if KEND:
                 sa, _ = load_state_block(fwd_ptr, (c * H + h) * P * N, p, nb, N, BN, False, False)
@@ -244,20 +243,19 @@ def chunk_state_scan_kernel(x_ptr, z_ptr, k_ptr, kb_ptr, coef_ptr, coef_plane, r
 
 @triton.jit
 def rotated_q_halves(q_ptr, qb_ptr, rot_ptr, rot_plane, qrow, arow, m, nb, bias_off, A,
-                     C: tl.constexpr, BN: tl.constexpr, HAS_BIAS: tl.constexpr, STRIDED: tl.constexpr,
-                     SKIP_ROT: tl.constexpr):
+                     C: tl.constexpr, BN: tl.constexpr, HAS_BIAS: tl.constexpr, STRIDED: tl.constexpr):
     """N block ``nb`` of a chunk's rows of q̃ = R(θ)(q + b) as (even, odd) [C, BN/2] fp32 halves."""
     BH: tl.constexpr = BN // 2
     qe, qo = load_pairs(q_ptr, qrow, m, nb * BN, C, BN, STRIDED)
     if HAS_BIAS:
         qe, qo = add_bias_pairs(qe, qo, qb_ptr + bias_off, nb * BN, BN, STRIDED)
-    return rotate_pairs(qe, qo, rot_ptr, rot_plane, arow, m, nb * BH + tl.arange(0, BH), A, C, BH, SKIP_ROT)
+    si, co = rotation_tile(rot_ptr, rot_plane, arow, m, nb * BH + tl.arange(0, BH), A, C, BH)
+    return qe * co - qo * si, qe * si + qo * co
 
 
 @triton.jit
 def rotated_qk_halves(q_ptr, k_ptr, qb_ptr, kb_ptr, rot_ptr, rot_plane, qrow, arow, m, scale, nb, bias_off, A,
-                      C: tl.constexpr, BN: tl.constexpr, HAS_BIAS: tl.constexpr, STRIDED: tl.constexpr,
-                      SKIP_ROT: tl.constexpr):
+                      C: tl.constexpr, BN: tl.constexpr, HAS_BIAS: tl.constexpr, STRIDED: tl.constexpr):
     """``rotated_qk_block`` on even/odd halves (fp32, [C, BN/2] each, never re-interleaved): q̃ₑ, q̃ₒ, (k̃·scale)ₑ,
     (k̃·scale)ₒ and the block's part of q·k. A dot over the block is the sum of the two halves' dots."""
     BH: tl.constexpr = BN // 2
@@ -266,35 +264,28 @@ def rotated_qk_halves(q_ptr, k_ptr, qb_ptr, kb_ptr, rot_ptr, rot_plane, qrow, ar
     if HAS_BIAS:
         qe, qo = add_bias_pairs(qe, qo, qb_ptr + bias_off, nb * BN, BN, STRIDED)
         ke, ko = add_bias_pairs(ke, ko, kb_ptr + bias_off, nb * BN, BN, STRIDED)
-    pa = nb * BH + tl.arange(0, BH)
+    si, co = rotation_tile(rot_ptr, rot_plane, arow, m, nb * BH + tl.arange(0, BH), A, C, BH)
     sc = scale[:, None]
-    if SKIP_ROT:
-        qk = tl.sum(qe * ke + qo * ko, 1)
-        qre, qro, kre, kro = rotate_two_pairs(qe, qo, ke, ko, rot_ptr, rot_plane, arow, m, pa, A, C, BH)
-        return qre, qro, kre * sc, kro * sc, qk
-    else:  # as before the flag, written out: through ``rotate`` ptxas reorders bwd_dv's instructions
-        si, co = rotation_tile(rot_ptr, rot_plane, arow, m, pa, A, C, BH)
-        return (qe * co - qo * si, qe * si + qo * co, (ke * co - ko * si) * sc, (ke * si + ko * co) * sc,
-                tl.sum(qe * ke + qo * ko, 1))
+    return (qe * co - qo * si, qe * si + qo * co, (ke * co - ko * si) * sc, (ke * si + ko * co) * sc,
+            tl.sum(qe * ke + qo * ko, 1))
 
 
 @triton.jit
 def rotated_q_block(q_ptr, qb_ptr, rot_ptr, rot_plane, qrow, arow, m, nb, bias_off, A,
-                    C: tl.constexpr, BN: tl.constexpr, HAS_BIAS: tl.constexpr, SKIP_ROT: tl.constexpr):
+                    C: tl.constexpr, BN: tl.constexpr, HAS_BIAS: tl.constexpr):
     """N block ``nb`` of a chunk's rows of q̃ = R(θ)(q + b) as a [C, BN] fp32 tile (pairs interleaved)."""
     qe, qo = rotated_q_halves(q_ptr, qb_ptr, rot_ptr, rot_plane, qrow, arow, m, nb, bias_off, A, C, BN, HAS_BIAS,
-                              False, SKIP_ROT)
+                              False)
     return join_pairs(qe, qo, C, BN)
 
 
 @triton.jit
 def rotated_qk_block(q_ptr, k_ptr, qb_ptr, kb_ptr, rot_ptr, rot_plane, qrow, arow, m, scale, nb, bias_off, A,
-                     C: tl.constexpr, BN: tl.constexpr, HAS_BIAS: tl.constexpr, DOT_DT: tl.constexpr,
-                     SKIP_ROT: tl.constexpr):
+                     C: tl.constexpr, BN: tl.constexpr, HAS_BIAS: tl.constexpr, DOT_DT: tl.constexpr):
     """N block ``nb`` of a chunk's rows: q̃ and k̃·scale as dot operands [C, BN] in DOT_DT, and the block's part
     of the unrotated biased q·k [C] in fp32 (equal to q̃·k̃: both rotate by the same θ_t)."""
     qe, qo, ke, ko, qk = rotated_qk_halves(q_ptr, k_ptr, qb_ptr, kb_ptr, rot_ptr, rot_plane, qrow, arow, m, scale,
-                                           nb, bias_off, A, C, BN, HAS_BIAS, False, SKIP_ROT)
+                                           nb, bias_off, A, C, BN, HAS_BIAS, False)
     return join_pairs(qe, qo, C, BN).to(DOT_DT), join_pairs(ke, ko, C, BN).to(DOT_DT), qk
 
 
@@ -317,7 +308,7 @@ def output_kernel(q_ptr, k_ptr, v_ptr, z_ptr, o_ptr, qb_ptr, kb_ptr, d_ptr, coef
                   N: tl.constexpr, P: tl.constexpr, C: tl.constexpr, BN: tl.constexpr, BP: tl.constexpr,
                   HAS_Z: tl.constexpr, HAS_D: tl.constexpr, HAS_BIAS: tl.constexpr,
                   HALVES: tl.constexpr, DOT_DT: tl.constexpr, PREC: tl.constexpr, STRIDED: tl.constexpr,
-                  UNROLL_QK: tl.constexpr, UNROLL_S: tl.constexpr, SKIP_ROT: tl.constexpr):
+                  UNROLL_QK: tl.constexpr, UNROLL_S: tl.constexpr):
     # UNROLL_QK, UNROLL_S (``SisoConfig.output_unroll``): unroll factors of the two loops over N blocks (the
     # scores, the inter-chunk term), so the next block's loads can issue before this block's dots (1: a loop)
     sq_b, sv_b, s_h, s_b, _ = batch_strides(T, H, sq_t, sv_t, 0)
@@ -341,13 +332,12 @@ def output_kernel(q_ptr, k_ptr, v_ptr, z_ptr, o_ptr, qb_ptr, kb_ptr, d_ptr, coef
         if HALVES:
             qre, qro, kke, kko, qk_block = rotated_qk_halves(q_ptr, k_ptr, qb_ptr, kb_ptr, rot_ptr,
                                                              rot_plane, qrow, arow, m, scale,
-                                                             nb, h * N, A, C, BN, HAS_BIAS, STRIDED, SKIP_ROT)
+                                                             nb, h * N, A, C, BN, HAS_BIAS, STRIDED)
             acc_qk = tl.dot(qre, tl.trans(kke), acc=acc_qk, input_precision=PREC)
             acc_qk = tl.dot(qro, tl.trans(kko), acc=acc_qk, input_precision=PREC)
         else:
             qr, kk, qk_block = rotated_qk_block(q_ptr, k_ptr, qb_ptr, kb_ptr, rot_ptr, rot_plane,
-                                                qrow, arow, m, scale, nb, h * N, A, C, BN, HAS_BIAS, DOT_DT,
-                                                SKIP_ROT)
+                                                qrow, arow, m, scale, nb, h * N, A, C, BN, HAS_BIAS, DOT_DT)
             acc_qk += tl.dot(qr, tl.trans(kk), input_precision=PREC)
         qk += qk_block
     vrow = bidx * sv_b + t * sv_t + h * P
@@ -360,13 +350,13 @@ def output_kernel(q_ptr, k_ptr, v_ptr, z_ptr, o_ptr, qb_ptr, kb_ptr, d_ptr, coef
     for nb in tl.range(N // BN, loop_unroll_factor=UNROLL_S):
         if HALVES:
             qse, qso = rotated_q_halves(q_ptr, qb_ptr, rot_ptr, rot_plane, qrow, arow, m, nb,
-                                        h * N, A, C, BN, HAS_BIAS, STRIDED, SKIP_ROT)
+                                        h * N, A, C, BN, HAS_BIAS, STRIDED)
             se, so = state_halves(st_ptr, (c * H + h) * P * N, p, nb, N, BN, STRIDED)
             y = tl.dot(qse * ecs[:, None], tl.trans(se), acc=y, input_precision=PREC)
             y = tl.dot(qso * ecs[:, None], tl.trans(so), acc=y, input_precision=PREC)
         else:
             qs = rotated_q_block(q_ptr, qb_ptr, rot_ptr, rot_plane, qrow, arow, m, nb, h * N, A,
-                                 C, BN, HAS_BIAS, SKIP_ROT) * ecs[:, None]
+                                 C, BN, HAS_BIAS) * ecs[:, None]
             n = nb * BN + tl.arange(0, BN)
             s = tl.load(st_ptr + (c * H + h) * P * N + p[:, None] * N + n[None, :]).to(DOT_DT)  # [BP, BN]
             y = tl.dot(qs.to(DOT_DT), tl.trans(s), acc=y, input_precision=PREC)
@@ -378,70 +368,3 @@ def output_kernel(q_ptr, k_ptr, v_ptr, z_ptr, o_ptr, qb_ptr, kb_ptr, d_ptr, coef
         zz = tl.load(z_ptr + vrow[:, None] + p[None, :], mask=m[:, None], other=0.0).to(tl.float32)
         y = y * zz * fast_sigmoid(zz)
     tl.store(o_ptr + vrow[:, None] + p[None, :], y.to(o_ptr.dtype.element_ty), mask=m[:, None])
-
-
-@triton.jit(do_not_specialize=["T", "rot_plane", "coef_plane", "max_chunks"])
-def scan_output_kernel(q_ptr, k_ptr, v_ptr, z_ptr, o_ptr, qb_ptr, kb_ptr, d_ptr, coef_ptr, coef_plane, rot_ptr,
-                       rot_plane, g_ptr, init_ptr, final_ptr, st_ptr, table_ptr, seq_table_ptr, max_chunks, T, sq_t,
-                       sv_t, H, HPG, A,
-                       N: tl.constexpr, P: tl.constexpr, C: tl.constexpr, BP: tl.constexpr,
-                       HAS_Z: tl.constexpr, HAS_D: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_INIT: tl.constexpr,
-                       STORE_S: tl.constexpr, DOT_DT: tl.constexpr, PREC: tl.constexpr):
-    """The whole forward after the rotation planes on the scan path (``SisoConfig.scan_output``; 16-bit dots): a
-    program per (sequence, head, P block) walks the sequence's chunks in order with the state S [BP, N] (fp32) in
-    registers, and per chunk writes the outputs (``output_kernel``'s, from the state entering the chunk rounded to
-    the dot dtype, as the output kernel rounds the stored one) and then adds the chunk's local state
-    Σ_j e^{cs_L − cs_j}·v_j (k̃_j·scale_j)ᵀ to the decayed S. No chunk state crosses memory and the sin / cos planes
-    and v are read once, where the scan and the output kernel write and read every chunk's state (268 MB each way
-    at B8 T4096 H32 N128 P64) and both read the planes. q̃ and k̃ are formed over all of N (one block), once per P
-    block. Start: init_ptr (NS, H, P, N) or 0; end: final_ptr (fp32). STORE_S: the states entering the chunks go to
-    st_ptr in the dot dtype as well (``save_states``)."""
-    sq_b, sv_b, s_h, s_b, _ = batch_strides(T, H, sq_t, sv_t, 0)
-    pid = tl.program_id(0).to(tl.int64)  # 1-D grid: sequence, head, P block (fastest)
-    pb = pid % (P // BP)
-    h = pid // (P // BP) % H
-    s = pid // (P // BP) // H
-    g = h // HPG
-    first = tl.load(seq_table_ptr + s * 2).to(tl.int64)
-    n = tl.load(seq_table_ptr + s * 2 + 1)
-    p = pb * BP + tl.arange(0, BP)
-    cols = tl.arange(0, N)
-    if HAS_INIT:
-        state = tl.load(init_ptr + (s * H + h) * P * N + p[:, None] * N + cols[None, :])
-    else:
-        state = tl.zeros((BP, N), dtype=tl.float32)
-    for jj in range(max_chunks):
-        if jj < n:
-            c = first + jj
-            bidx, t0, L, t_end = chunk_row(table_ptr, c)
-            i, m, gamma, scale, cs, cs_last = chunk_coefficients(coef_ptr, coef_plane, bidx * s_b + h * s_h, t0, L,
-                                                                 C)
-            t = t0 + i
-            qrow = bidx * sq_b + t * sq_t + g * N
-            arow = head_angle_rows(bidx, t, h, T, H, A)
-            qre, qro, kke, kko, qk = rotated_qk_halves(q_ptr, k_ptr, qb_ptr, kb_ptr, rot_ptr, rot_plane, qrow, arow,
-                                                       m, scale, 0, h * N, A, C, N, HAS_BIAS, False, False)
-            qr = join_pairs(qre, qro, C, N)
-            kk = join_pairs(kke, kko, C, N).to(DOT_DT)  # k̃·scale
-            vrow = bidx * sv_b + t * sv_t + h * P
-            v = tl.load(v_ptr + vrow[:, None] + p[None, :], mask=m[:, None], other=0.0)
-            scores = tl.dot(qr.to(DOT_DT), tl.trans(kk), input_precision=PREC)
-            diff = cs[:, None] - cs[None, :]
-            mm = tl.where(i[None, :] < i[:, None], fast_exp(tl.minimum(diff, 0.0)), 0.0) * scores
-            y = tl.dot(mm.to(DOT_DT), v.to(DOT_DT), input_precision=PREC)
-            s16 = state.to(DOT_DT)
-            if STORE_S:
-                tl.store(st_ptr + (c * H + h) * P * N + p[:, None] * N + cols[None, :], s16)
-            y = tl.dot((qr * fast_exp(cs)[:, None]).to(DOT_DT), tl.trans(s16), acc=y, input_precision=PREC)
-            w = tl.where(m, fast_exp(cs_last - cs), 0.0)
-            vw = tl.trans(v.to(tl.float32) * w[:, None]).to(DOT_DT)  # [BP, C]
-            state = fast_exp(tl.load(g_ptr + c * H + h)) * state + tl.dot(vw, kk, input_precision=PREC)
-            diag = gamma * qk
-            if HAS_D:
-                diag += tl.load(d_ptr + h).to(tl.float32)
-            y += diag[:, None] * v.to(tl.float32)
-            if HAS_Z:
-                zz = tl.load(z_ptr + vrow[:, None] + p[None, :], mask=m[:, None], other=0.0).to(tl.float32)
-                y = y * zz * fast_sigmoid(zz)
-            tl.store(o_ptr + vrow[:, None] + p[None, :], y.to(o_ptr.dtype.element_ty), mask=m[:, None])
-    tl.store(final_ptr + (s * H + h) * P * N + p[:, None] * N + cols[None, :], state)

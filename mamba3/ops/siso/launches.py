@@ -28,10 +28,7 @@ at N = 32 (names end in ``-strided``). On the fp32-operand path at P > bp the ha
 on fp32 operands); with the flag off bwd_dqk forms M∘(dY Vᵀ) itself, compiled for fp32 at P = 128. The reverse
 pass of ``mamba3_siso(save_states=True)`` (on the forward's 16-bit states, nothing copied; names ending ``-kept``) is
 compiled for bf16 chunk-parallel and on the scan, and the scan with ``SisoConfig.scan_prefetch`` 2 in all three
-walks for bf16 (names ending ``-prefetch2``; the default forward walk's too). ``SisoConfig.skip_unrotated`` is
-compiled for bf16 at P = 64, chunk-parallel and on the scan, and for fp32 at its bp (names ending ``-skiprot``).
-``SisoConfig.scan_output`` (``scan_output_kernel``) is compiled for bf16 at N = 128, P = 64 at each tile pair its
-sweep times, and keeping the states for ``save_states`` (``-kept``).
+walks for bf16 (names ending ``-prefetch2``; the default forward walk's too).
 """
 from __future__ import annotations
 
@@ -77,16 +74,6 @@ def _problem_classes(spec, default_only: bool = False):
         # SisoConfig.scan_prefetch 2 in every walk (the default, compiled above, has it in the forward walk only; 0
         # carries less than either)
         yield torch.bfloat16, None, 128, dict(_SCAN, scan_prefetch=(2, 2, 2))
-        # SisoConfig.skip_unrotated (the rotation's arithmetic skipped past the rotated pairs): bf16 chunk-parallel and
-        # on the scan, fp32 on its halves
-        yield torch.bfloat16, None, 128, dict(skip_unrotated=True), 64
-        yield torch.bfloat16, None, 128, dict(_SCAN, skip_unrotated=True), 64
-        yield torch.float32, None, 128, dict(skip_unrotated=True), fp32_bp
-        # SisoConfig.scan_output (the forward as one walk writing the outputs) at the sweep's tiles, and with the
-        # states kept for save_states
-        for tiles in ((32, 4), (32, 8), (64, 8)):
-            yield torch.bfloat16, None, 128, dict(_SCAN, scan_output=tiles), 64
-        yield torch.bfloat16, None, 128, dict(_SCAN, scan_output=(32, 4), save_states=True), 64
     yield torch.float32, None, 16, {}
     yield torch.bfloat16, None, 32, {}
 
@@ -147,14 +134,12 @@ def aot_launches(arch: int, *, default_only: bool = False) -> list[KernelLaunch]
             name = f"{kernel.fn.__name__}-{str(problem[0]).replace('torch.', '')}-{tag}"
             if kernel.fn.__name__ == "state_passing_kernel":
                 name += f"-out{str(args[5].dtype).replace('torch.', '')}" + ("-kend" if meta["KEND"] else "")
-            if meta.get("KEND") and not meta.get("COPY_S", True) or meta.get("STORE_S"):
+            if meta.get("KEND") and not meta.get("COPY_S", True):
                 name += "-kept"
             if meta.get("PREFETCH", 1) != 1:
                 name += f"-prefetch{meta['PREFETCH']}"
             if meta.get("STRIDED"):
                 name += "-strided"
-            if meta.get("SKIP_ROT"):
-                name += "-skiprot"
             if (meta.get("STORE_A1") or meta.get("LOAD_A1")) and meta["P"] > meta["BP"]:
                 name += "-a1blocks"
             out.append(KernelLaunch(name=name, kernel=kernel, args=tuple(args), meta=dict(meta)))
