@@ -60,7 +60,9 @@ def sweep_variants(spec):
                  R(base, bwd_store_dpw=False, state_tiles=1, name=f"{base.name}-st1-nodpw"),
                  # the stored blocks in fp32 (dpw16 off: twice their 1.07 GB here; B1 T32768 33.47 against 32.79
                  # ms, H100, 42nd session)
-                 R(base, dpw16=False, name=f"{base.name}-dpw32")]
+                 R(base, dpw16=False, name=f"{base.name}-dpw32"),
+                 # the backward's state copies (S entering, dS at the end of each chunk) in bf16 (bwd_states16)
+                 R(base, bwd_states16=True, name=f"{base.name}-states16")]
     # the scan forward (one walk per sequence, head and P block; the state in registers), forced, with the
     # backward's state passes as scans (scan_variant: scan_states and scan_dstates), one of them, or neither
     scan = chosen.scan_variant()
@@ -85,7 +87,13 @@ def sweep_variants(spec):
                  # the stored blocks in fp32 (dpw16 off: 1.07 GB instead of 0.54 here; 28.81 against 28.35 ms,
                  # with save_y 25.16 against 24.71, H100, 42nd session)
                  R(scan, dpw16=False, name=f"{scan.name}-dpw32"),
-                 R(scan, dpw16=False, save_y=True, name=f"{scan.name}-savey-dpw32")]
+                 R(scan, dpw16=False, save_y=True, name=f"{scan.name}-savey-dpw32"),
+                 # the backward's state copies (S entering, dS at the end of each chunk) in bf16 (bwd_states16)
+                 R(scan, bwd_states16=True, name=f"{scan.name}-states16"),
+                 R(scan, bwd_states16=True, save_y=True, name=f"{scan.name}-savey-states16"),
+                 # the walks at 4 warps (255 registers: two CTAs per SM, so B8's 256 programs in one wave)
+                 R(scan, scan_warps=4, name=f"{scan.name}-walk4"),
+                 R(scan, scan_warps=4, bwd_states16=True, name=f"{scan.name}-walk4-states16")]
     # fp32 inputs (tf32x3 dots) on the configuration's 64-row tiles (bm_fp32 off), which spill ≈ 4 KB per thread
     # in the output kernel (AOT sm_90) where the 32-row ones (bm_fp32 = 32) spill 680 B: B8 T4096 99.31 against
     # 86.37 ms (H100, 42nd session)
@@ -133,6 +141,8 @@ def main():
     ap.add_argument("--sweep-batch", type=int, default=8, choices=(1, 2, 4, 8),
                     help="with --sweep: the batch of the variants' shape, at T = 32768 / batch (the scan forward's "
                          "parallelism is batch × heads, so B=1 is where it would lose)")
+    ap.add_argument("--sweep-kernels", action="store_true",
+                    help="with --sweep: also record each variant's per-kernel CUDA time of one forward+backward")
     ap.add_argument("--profile", action="store_true",
                     help="only run the B=8 T=4096 bf16 forward+backward of the chosen configuration three times (no "
                          "timing, no results): for a profiler (scripts/profile_kernels.sh)")
@@ -244,6 +254,8 @@ def main():
                           "fwd_ms": t_fwd,
                           "fwd_bwd_ms": bench_ms(fwd_bwd, rep=rep), "peak_gb": round(peak_gb, 3),
                           "worst_rel_err": {k: f"{n} {e:.2e}" for k, (n, e) in worst.items()}})
+            if ns.sweep_kernels:
+                sweep[-1]["kernels_fwd_bwd_ms"] = kernel_breakdown(fwd_bwd, leaves)
             print(sweep[-1], flush=True)
             del args, leaves, dout
             torch.cuda.empty_cache()

@@ -26,6 +26,9 @@ OPT_IN = {
     "bwd16-dv": dict(bwd_dots16=True, bk_bwd16=64, bwd16_dqk=False),
     "chunked-passes": dict(scan_states=False, scan_dstates=False),
     "bcast": dict(scan_gather=False),
+    "walk4": dict(scan_warps=4),
+    "states16": dict(bwd_states16=True),
+    "nostates16": dict(bwd_states16=False),
 }
 
 
@@ -45,7 +48,7 @@ def applies(tag: str, cfg) -> bool:
     (``MimoConfig.for_dtype`` refuses the others); 16-bit dq / dk blocks only where the backward's dots are
     16-bit."""
     flags = OPT_IN[tag]
-    if tag in ("chunked-passes", "bcast"):
+    if tag in ("chunked-passes", "bcast", "walk4"):
         return bool(cfg.scan_fwd)
     if "bm_fp32" in flags:
         if cfg.scan_fwd or cfg.bm <= flags["bm_fp32"]:

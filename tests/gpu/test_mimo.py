@@ -115,8 +115,8 @@ def _scan_variants():
 
     scans = [cfg.scan_variant() for cfgs in CONFIGS.values() for cfg in cfgs if cfg.scan_fwd is None]
     # and the scan forward with the backward's chunked state passes (scan_states, scan_dstates off), and with its
-    # operands broadcast per token / rank (scan_gather off)
-    return scans + [with_variant(c, tag) for tag in ("chunked-passes", "bcast") for c in scans]
+    # operands broadcast per token / rank (scan_gather off), and with the walks at 4 warps
+    return scans + [with_variant(c, tag) for tag in ("chunked-passes", "bcast", "walk4") for c in scans]
 
 
 @pytest.mark.parametrize("cfg", _scan_variants(), ids=lambda c: c.name)
@@ -172,6 +172,15 @@ def test_bwd_store_dpw(p, cfg, dtype):
     """``MimoConfig.bwd_store_dpw`` (the dq / dk kernels load the weighted dP the dv kernel stored; on in the scan
     variant and P = 64's configuration) on every configuration, as :func:`test_save_y`, with 16-bit dq / dk dots
     (``bwd16_dqk``: the blocks stored in 16 bits), and with the blocks in bf16 for tf32 dq / dk dots (``dpw16``)."""
+    _check_candidate(p, cfg, dtype)
+
+
+@pytest.mark.parametrize("p,cfg", _every_config_with("states16"),
+                         ids=lambda x: str(x) if isinstance(x, int) else x.name)
+@pytest.mark.parametrize("dtype", DTYPES.values(), ids=DTYPES.keys())
+def test_bwd_states16(p, cfg, dtype):
+    """``MimoConfig.bwd_states16`` (the backward's copies of S and dS in bf16 for 16-bit inputs) on every
+    configuration, as :func:`test_save_y`."""
     _check_candidate(p, cfg, dtype)
 
 

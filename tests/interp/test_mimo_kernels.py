@@ -247,6 +247,33 @@ def test_scan_state_passes_backward(dtype, flags, scan_calls, monkeypatch):
     assert bool(calls["state_scan_bwd"]) == flags.get("scan_dstates", False)
 
 
+@pytest.mark.parametrize("flags", [dict(scan_states=True), dict(scan_dstates=True),
+                                   dict(scan_states=True, scan_dstates=True), {}, dict(scan_fwd=False, state_tiles=2)],
+                         ids=["scan-states", "scan-dstates", "scan-both", "chunked-passes", "chunked"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=["fp32", "bf16", "fp16"])
+def test_bwd_states16(dtype, flags, monkeypatch):
+    """``MimoConfig.bwd_states16``: with 16-bit inputs the copies of S (entering each state chunk) and dS (at each
+    chunk's end) that the backward's chunk kernels read are stored in bf16, by the scan passes or the chunked ones
+    (after the scan forward or the chunked one); fp32 inputs keep fp32. Every gradient against float64; the forward
+    is not touched (the output's and the final states' errors are the same numbers), the gradients are (16-bit
+    inputs: some error differs), and with fp32 inputs nothing is (every error the same). Two P blocks, packed
+    sequences of 1, 13 and 3 tokens, input states, GQA."""
+    from mamba3.ops.mimo import launch
+    from mamba3.ops.mimo.configs import MimoConfig
+    from mamba3.testing.calls import count_calls
+
+    copies = count_calls(monkeypatch, launch, "states_dtype")["states_dtype"]
+    cfg = MimoConfig(**dict(SCAN, scan_bp=16, **flags), name="tiny-states16")
+    kw = dict(bsz=1, seqlen=17, nheads=4, ngroups=2, dstate=16, headdim=24, rank=2, states=True,
+              cu_seqlens=[0, 1, 14, 17], rms_norm=True)
+    errs = _check(dtype, config=dataclasses.replace(cfg, bwd_states16=True), **kw)
+    assert copies == [torch.float32 if dtype == torch.float32 else torch.bfloat16] * 2, copies  # S, then dS
+    again = _check(dtype, config=cfg, **kw)
+    forward = [k for k in errs if not k.startswith("d_")]  # the output and the final states
+    assert [errs[k] for k in forward] == [again[k] for k in forward], (errs, again)
+    assert (errs == again) == (dtype == torch.float32), (errs, again)
+
+
 def test_scan_forward_needs_one_tile_per_state_chunk():
     from mamba3.ops.mimo.configs import MimoConfig
 

@@ -39,12 +39,13 @@ from .tiles import (bcast_pairs, dot_operand, later_mask, load_pair_block, load_
 
 
 @triton.jit(do_not_specialize=["NBC"])
-def mimo_state_bwd_kernel(BUF, SIN, DSFIN, DS0, DCEND, G, SEQ_BC, H, PN, NBC,
+def mimo_state_bwd_kernel(BUF, OUT, SIN, DSFIN, DS0, DCEND, G, SEQ_BC, H, PN, NBC,
                           HAS_DSFIN: tl.constexpr, BLK: tl.constexpr):
-    """Per (sequence, head), state chunks in reverse: BUF[c] (dL_c on entry) ← dS_end[c];
-    dS ← e^{g[c]}·dS + dL_c (G (state chunks, H): each chunk's total log-decay). DCEND[blk, h, c] = partial
-    e^{g[c]}·⟨dS_end[c], S_in[c]⟩, the gradient of g[c] through the incoming state (its part through the chunk's
-    own ΔS comes from the dv kernel, per key token). grid: (P·N blocks, NS, H).
+    """Per (sequence, head), state chunks in reverse: OUT[c] ← dS_end[c] (rounded to OUT's dtype; OUT may be BUF)
+    from BUF[c] = dL_c; dS ← e^{g[c]}·dS + dL_c (G (state chunks, H): each chunk's total log-decay). DCEND[blk, h, c]
+    = partial e^{g[c]}·⟨dS_end[c], S_in[c]⟩, the gradient of g[c] through the incoming state (its part through the
+    chunk's own ΔS comes from the dv kernel, per key token; S_in from SIN, fp32 or its bf16 copy). grid: (P·N
+    blocks, NS, H).
 
     The previous chunk's dL, incoming state and decay are loaded one step ahead, before this step's store (they
     never alias it), so each step waits on one memory round trip less (as ``common.state_passing`` does)."""
@@ -64,7 +65,7 @@ def mimo_state_bwd_kernel(BUF, SIN, DSFIN, DS0, DCEND, G, SEQ_BC, H, PN, NBC,
     has_last = last >= c_lo
     off_last = (last * H + h).to(tl.int64) * PN + e
     d_next = tl.load(BUF + off_last, mask=m & has_last, other=0.0)
-    s_in_next = tl.load(SIN + off_last, mask=m & has_last, other=0.0)
+    s_in_next = tl.load(SIN + off_last, mask=m & has_last, other=0.0).to(tl.float32)
     g_next = tl.load(G + last * H + h, mask=has_last, other=0.0)
     for i in range(0, c_hi - c_lo):
         bc = c_hi - 1 - i
@@ -75,9 +76,9 @@ def mimo_state_bwd_kernel(BUF, SIN, DSFIN, DS0, DCEND, G, SEQ_BC, H, PN, NBC,
         prev = bc - 1
         has_prev = prev >= c_lo
         d_next = tl.load(BUF + off - H * PN, mask=m & has_prev, other=0.0)
-        s_in_next = tl.load(SIN + off - H * PN, mask=m & has_prev, other=0.0)
+        s_in_next = tl.load(SIN + off - H * PN, mask=m & has_prev, other=0.0).to(tl.float32)
         g_next = tl.load(G + prev * H + h, mask=has_prev, other=0.0)
-        tl.store(BUF + off, ds, mask=m)
+        tl.store(OUT + off, ds.to(OUT.dtype.element_ty), mask=m)
         decay = fast_exp(g)
         tl.store(DCEND + (pid * H + h) * NBC + bc, decay * tl.sum(ds * s_in, axis=0))
         ds = decay * ds + d

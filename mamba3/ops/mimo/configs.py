@@ -188,6 +188,14 @@ class MimoConfig:
         Both are on in :meth:`scan_variant`. H200, bf16, N = 128, P = 64, R = 4, 16-token chunks (twenty-sixth
         session), forward+backward ms with the scan forward: B8 T4096 neither 34.02, scan_states 33.43, scan_dstates
         32.84, both 32.24; B4 T8192 34.15, 33.48, 34.28, 33.60 (``benchmarks/results/mimo_backward_sweep_h200.md``).
+    bwd_states16: with 16-bit inputs, the copies of the states that the backward's chunk kernels read — the state
+        entering each state chunk (the epilogue backward's recompute of y, dq̃, the reverse pass's decay gradient) and
+        dS at each chunk's end (dk̃, dṽ) — are stored in bf16 (also for fp16 inputs: the states are not bounded by the
+        inputs' range), by the scan passes (``scan_states``, ``scan_dstates``) or the chunked ones. The passes carry S
+        and dS in fp32 as before, so nothing compounds across chunks; each chunk's products see its state rounded
+        once to bf16 (the dv kernel's 16-bit dots round it so anyway; the tf32 ones widen it back). The forward is
+        not touched. Halves the 2.1 GB of each crossing at B=8, T=4096, H=32, P=64, N=128 (six crossings per
+        backward). fp32 inputs keep fp32.
     """
 
     bm: int = 64
@@ -217,6 +225,7 @@ class MimoConfig:
     scan_states: bool = False
     scan_dstates: bool = False
     scan_gather: bool = True
+    bwd_states16: bool = False
     name: str = "default"
 
     def __post_init__(self):
@@ -489,6 +498,9 @@ def aot_launches(arch: int):
             launches += [x for x in aot_kernel_launches(saving.scan_variant(), headdim=p, dtype=torch.bfloat16,
                                                         arch=arch, kernels=("mimo_scan_out",))
                          if "-states]" not in x.name]
+        if cfg.bwd_states16:  # the chunked reverse pass's bf16 dS copies and bf16 S (the fp32 one: below)
+            launches += aot_kernel_launches(cfg, headdim=p, dtype=torch.bfloat16, arch=arch,
+                                            kernels=("mimo_state_bwd",))
         if i == 0:
             launches += aot_kernel_launches(cfg, headdim=p, dtype=torch.float32, arch=arch,
                                             kernels=("mimo_state", "mimo_angle"))

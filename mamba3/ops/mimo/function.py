@@ -90,7 +90,10 @@ class _MimoCore(torch.autograd.Function):
         t = _pass_tensors(L, ctx.flags["norm"], q, k, v, theta, cs, gam, scl, qb, kb, psi, zeta, phi, D, z, nw, s0,
                           chunked=not (scan_states and scan_dstates))
         # recompute the incoming states (not kept between passes)
-        sin = _launch.scan_states(L, t) if scan_states else _launch.forward(L, t)[0]
+        if scan_states:
+            sin = _launch.scan_states(L, t)
+        else:
+            sin = _launch.forward(L, t, _launch.states_dtype(L.cfg, v.dtype))[0]
         g = _launch.backward(L, t, sin, dout.contiguous(), None if dsfin is None else dsfin.contiguous(), ys)
         return (None, None, g["q"], g["k"], g["v"], g["theta"], g["cs"], g["gam"], g["scl"],
                 g["qb"].to(qb.dtype), g["kb"].to(kb.dtype), g["psi"].to(psi.dtype),

@@ -172,26 +172,28 @@ def chunk_decays(L: Launch, cs):
     return cs[:, L.tables.bc_end.long() - 1].t().contiguous()
 
 
-def state_pass_fwd(L: Launch, buf, s0, decay):
-    """In place: each state chunk's ΔS becomes the state entering it (``common.state_passing``, which SISO's
-    chunks use too; ``decay`` from :func:`chunk_decays`). Returns the final states."""
+def state_pass_fwd(L: Launch, buf, s0, decay, out=None):
+    """Each state chunk's ΔS becomes the state entering it, in place or into ``out`` (rounded to its dtype; buf then
+    keeps the ΔS) (``common.state_passing``, which SISO's chunks use too; ``decay`` from :func:`chunk_decays`).
+    Returns the final states."""
     T = L.tables
     sfin = _final_states(L, buf.device)
-    state_passing(buf, decay, T.seq_table, T.max_bc, init=s0, final=sfin, block=STATE_BLK)
+    state_passing(buf, decay, T.seq_table, T.max_bc, init=s0, final=sfin, block=STATE_BLK, out=out)
     return sfin
 
 
-def state_pass_bwd(L: Launch, buf, sin, dsfin, decay):
-    """In place: each state chunk's dL becomes dS_end. Returns the input state's gradient and, per state chunk, the
-    gradient of its total log-decay through the incoming state (``mimo_state_bwd_kernel``)."""
+def state_pass_bwd(L: Launch, buf, sin, dsfin, decay, out=None):
+    """Each state chunk's dL becomes dS_end, in place or into ``out`` (rounded to its dtype). Returns the input
+    state's gradient and, per state chunk, the gradient of its total log-decay through the incoming state
+    (``mimo_state_bwd_kernel``)."""
     T = L.tables
     PN = L.P * 2 * L.N2
     nblk = triton.cdiv(PN, STATE_BLK)
     ds0 = torch.empty(T.ns, L.H, L.P, 2 * L.N2, device=buf.device, dtype=torch.float32)
     dcend = torch.empty(nblk, L.H, T.nbc, device=buf.device, dtype=torch.float32)
     mimo_state_bwd_kernel[(nblk, T.ns, L.H)](
-        buf, sin, dsfin if dsfin is not None else sin, ds0, dcend, decay, T.seq_bc, L.H, PN,
-        T.nbc, HAS_DSFIN=dsfin is not None, BLK=STATE_BLK, num_warps=4, num_stages=1)
+        buf, buf if out is None else out, sin, dsfin if dsfin is not None else sin, ds0, dcend, decay, T.seq_bc, L.H,
+        PN, T.nbc, HAS_DSFIN=dsfin is not None, BLK=STATE_BLK, num_warps=4, num_stages=1)
     return ds0, dcend.sum(0)
 
 
@@ -284,6 +286,12 @@ def scan_forward(L: Launch, t, ys=None):
     return out, sfin
 
 
+def states_dtype(cfg: MimoConfig, dtype: torch.dtype) -> torch.dtype:
+    """The dtype of the state copies the backward's chunk kernels read (S entering each state chunk, dS at its end)
+    for inputs of ``dtype``: bf16 with ``MimoConfig.bwd_states16`` and 16-bit inputs, else fp32."""
+    return torch.bfloat16 if cfg.bwd_states16 and dtype != torch.float32 else torch.float32
+
+
 def uses_scan_states(L: Launch) -> bool:
     """Whether the backward recomputes the states entering the state chunks with :func:`scan_states`
     (``MimoConfig.scan_states``, with the scan forward only)."""
@@ -291,10 +299,11 @@ def uses_scan_states(L: Launch) -> bool:
 
 
 def scan_states(L: Launch, t):
-    """The state entering each state chunk, (state chunks, H, P, N) fp32, by the states-only walk of
-    ``mimo_scan_out_kernel`` (STATES): what :func:`forward` returns first, without the local chunk states in DRAM."""
+    """The state entering each state chunk, (state chunks, H, P, N) in :func:`states_dtype`, by the states-only walk
+    of ``mimo_scan_out_kernel`` (STATES): what :func:`forward` returns first, without the local chunk states in
+    DRAM."""
     cfg, T = L.cfg, L.tables
-    sin = torch.empty(T.nbc, L.H, L.P, 2 * L.N2, device=t["v"].device, dtype=torch.float32)
+    sin = torch.empty(T.nbc, L.H, L.P, 2 * L.N2, device=t["v"].device, dtype=states_dtype(cfg, t["v"].dtype))
     bp = scan_block_p(cfg, L.P, norm=False)
     cs = t["cs"]  # stands in for the pointers the states-only walk does not read
     mimo_scan_out_kernel[(triton.cdiv(L.P, bp), T.ns, L.H)](
@@ -307,11 +316,12 @@ def scan_states(L: Launch, t):
     return sin
 
 
-def forward(L: Launch, t):
-    """Returns (sin: the state entering each state chunk, final ssm state)."""
+def forward(L: Launch, t, copy_dtype=torch.float32):
+    """Returns (sin: the state entering each state chunk, in ``copy_dtype``, final ssm state)."""
     buf = chunk_states(L, 0, t["v"], t["k"], t["kb"], t["rot"], t["cs"], t["scl"], t["psi"])
-    sfin = state_pass_fwd(L, buf, t["s0"], t["decay"])
-    return buf, sfin
+    sin = buf if copy_dtype == torch.float32 else torch.empty_like(buf, dtype=copy_dtype)
+    sfin = state_pass_fwd(L, buf, t["s0"], t["decay"], out=sin)
+    return sin, sfin
 
 
 def uses_scan_dstates(L: Launch) -> bool:
@@ -323,12 +333,12 @@ def uses_scan_dstates(L: Launch) -> bool:
 def state_scan_bwd(L: Launch, t, dy, sin, dsfin):
     """(dS_end per state chunk, the input state's gradient, per state chunk the gradient of its total log-decay
     through the incoming state) by ``mimo_state_scan_bwd_kernel``: what :func:`chunk_states` (mode 1) and
-    :func:`state_pass_bwd` give."""
+    :func:`state_pass_bwd` give (dS_end in :func:`states_dtype`)."""
     cfg, T = L.cfg, L.tables
     dev = dy.device
     bps = min(cfg.bp_state, L.BP)
     nblk = triton.cdiv(L.P, bps) * triton.cdiv(L.N2, cfg.bk)
-    dsend = torch.empty(T.nbc, L.H, L.P, 2 * L.N2, device=dev, dtype=torch.float32)
+    dsend = torch.empty(T.nbc, L.H, L.P, 2 * L.N2, device=dev, dtype=states_dtype(cfg, t["v"].dtype))
     ds0 = torch.empty(T.ns, L.H, L.P, 2 * L.N2, device=dev, dtype=torch.float32)
     dcend = torch.empty(nblk, L.H, T.nbc, device=dev, dtype=torch.float32)
     mimo_state_scan_bwd_kernel[(nblk, T.ns, L.H)](
@@ -343,14 +353,18 @@ def backward(L: Launch, t, sin, dout, dsfin, ys=None):
     """All kernel-side gradients (ys: the forward's pre-epilogue y, or None to compute it again). Returns a
     dict."""
     cfg, T = L.cfg, L.tables
-    dev = t["v"].device
+    v = t["v"]
+    dev = v.device
     f32 = torch.float32
     dy, dz, dphip, dzetap, dnwp = out_pass(L, t, sin, bwd=True, dout=dout, ys=ys)
     if uses_scan_dstates(L):
         dsend, ds0, dcend = state_scan_bwd(L, t, dy, sin, dsfin)
     else:
-        dsend = chunk_states(L, 1, dy, t["q"], t["qb"], t["rot"], t["cs"], t["scl"], t["psi"])
-        ds0, dcend = state_pass_bwd(L, dsend, sin, dsfin, t["decay"])  # in place: local dS → dS_end
+        dloc = chunk_states(L, 1, dy, t["q"], t["qb"], t["rot"], t["cs"], t["scl"], t["psi"])
+        copy_dtype = states_dtype(cfg, v.dtype)  # local dS → dS_end, in place unless the copy is 16-bit
+        dsend = dloc if copy_dtype == torch.float32 else torch.empty_like(dloc, dtype=copy_dtype)
+        ds0, dcend = state_pass_bwd(L, dloc, sin, dsfin, t["decay"], out=dsend)
+        del dloc
     nkb = triton.cdiv(L.N2, cfg.bk_bwd)
     TB = L.tables_bwd
     dq = torch.empty_like(t["q"])
@@ -366,7 +380,7 @@ def backward(L: Launch, t, sin, dout, dsfin, ys=None):
     dcv = torch.zeros(2 * nsl + 1, L.H, L.TT, device=dev, dtype=f32)
     dqbp = torch.empty(TB.nsc, L.H, L.R, 2 * L.N2, device=dev, dtype=f32)
     dkbp = torch.empty_like(dqbp)
-    q, k, v, rot, cs, gam, scl = t["q"], t["k"], t["v"], t["rot"], t["cs"], t["gam"], t["scl"]
+    q, k, rot, cs, gam, scl = t["q"], t["k"], t["rot"], t["cs"], t["gam"], t["scl"]
     dv = torch.empty_like(v)
     dpsip = torch.empty(TB.nsc, L.H, L.R, L.P, device=dev, dtype=f32)
     ddp = torch.empty(TB.nsc, L.H, device=dev, dtype=f32)
@@ -416,6 +430,7 @@ def aot_kernel_launches(cfg: MimoConfig, headdim: int, dtype, arch: int, dstate:
     v = e(16, dt=dtype)
     f = e(16)
     ys = e(16, dt=ys_dtype(cfg, dtype))
+    sin = dsend = e(16, dt=states_dtype(cfg, dtype))  # the backward's state copies
     tag = f"{cfg.name}-N{N}-P{P}-{str(dtype).split('.')[-1]}"
     bps = min(cfg.bp_state, BP)
     common_w = dict(num_warps=cfg.warps, num_stages=cfg.stages)
@@ -429,13 +444,13 @@ def aot_kernel_launches(cfg: MimoConfig, headdim: int, dtype, arch: int, dstate:
             dict(R=R, BM=cfg.bm, BP=bps, BK=cfg.bk, MODE=mode, DOT_PREC=fwd_prec if mode == 0 else prec,
                  num_warps=cfg.state_warps, num_stages=cfg.stages)))
     out.append(KernelLaunch(f"mimo_state_bwd_kernel-{tag}", mimo_state_bwd_kernel,
-                            (f, f, f, f, f, f, i32(16), H, P * N, NBC),
+                            (f, dsend, sin, f, f, f, f, i32(16), H, P * N, NBC),
                             dict(HAS_DSFIN=True, BLK=STATE_BLK, num_warps=4, num_stages=1)))
     for bwd in (False, True):
         y_io = 1 + bwd if cfg.save_y else 0
         out.append(KernelLaunch(
             f"mimo_out_kernel[{'bwd' if bwd else 'fwd'}]-{tag}", mimo_out_kernel,
-            (q, q, v, f, f, f, f, f, f, f, f, f, f, v, f, f, v, v, f, v, f, f, f, ys,
+            (q, q, v, f, f, f, f, f, f, f, f, f, f, v, f, sin if bwd else f, v, v, f, v, f, f, f, ys,
              i32(16), i32(16), i32(16), i32(16), TT, H, H // G, G, N2, A, P, 1e-5),
             dict(R=R, BM=cfg.bm, BK=cfg.bk, BP=BP, HAS_D=True, HAS_Z=True, HAS_OUT=True, NORM=True, HAS_NW=True,
                  BWD=bwd, ONE_K=N2 <= cfg.bk, DOT_PREC=prec, TOK_PREC=prec if bwd else fwd_prec,
@@ -446,8 +461,8 @@ def aot_kernel_launches(cfg: MimoConfig, headdim: int, dtype, arch: int, dstate:
             out.append(KernelLaunch(
                 f"mimo_scan_out_kernel[bp{bps}-w{cfg.scan_warps}{'-states' if states else ''}]-{tag}",
                 mimo_scan_out_kernel,
-                (q, q, v, f, f, f, f, f, f, f, f, f, f, v, f, f, v, f, f, ys, i32(16), i32(16), i32(16), 64, TT, H,
-                 H // G, G, N2, A, P, 1e-5),
+                (q, q, v, f, f, f, f, f, f, f, f, f, f, v, f, f, v, f, sin if states else f, ys, i32(16), i32(16),
+                 i32(16), 64, TT, H, H // G, G, N2, A, P, 1e-5),
                 dict(R=R, BM=cfg.bm, BK=cfg.bk, BP=bps, HAS_D=not states, HAS_Z=not states, HAS_OUT=not states,
                      NORM=bps >= BP and not states, HAS_NW=bps >= BP and not states, HAS_S0=True, DOT_PREC=prec,
                      TOK_PREC=fwd_prec, STATES=states, GATHER=cfg.scan_gather, SAVE_Y=cfg.save_y and not states,
@@ -456,7 +471,7 @@ def aot_kernel_launches(cfg: MimoConfig, headdim: int, dtype, arch: int, dstate:
         bps = min(cfg.bp_state, BP)
         out.append(KernelLaunch(
             f"mimo_state_scan_bwd_kernel-{tag}", mimo_state_scan_bwd_kernel,
-            (f, q, f, f, f, f, f, f, f, f, i32(16), i32(16), i32(16), 64, NBC, TT, H, H // G, G, N2, A, P),
+            (f, q, f, f, f, sin, f, dsend, f, f, i32(16), i32(16), i32(16), 64, NBC, TT, H, H // G, G, N2, A, P),
             dict(R=R, BM=cfg.bm, BP=bps, BK=cfg.bk, HAS_DSFIN=True, DOT_PREC=prec, num_warps=cfg.state_warps,
                  num_stages=cfg.stages)))
     bwd_w = dict(num_warps=cfg.warps_bwd, num_stages=cfg.stages)
@@ -465,13 +480,13 @@ def aot_kernel_launches(cfg: MimoConfig, headdim: int, dtype, arch: int, dstate:
     for is_k in (False, True):
         out.append(KernelLaunch(
             f"mimo_bwd_dqk_kernel[{'dk' if is_k else 'dq'}]-{tag}", mimo_bwd_dqk_kernel,
-            (q, q, v, f, f, f, f, f, f, f, f, f, f, dpw, q, f, f, f,
+            (q, q, v, f, f, f, f, f, f, f, f, sin, dsend, dpw, q, f, f, f,
              i32(16), i32(16), i32(16), i32(16), i32(16), TT, H, H // G, G, N2, A, P, 1),
             dict(R=R, BM=cfg.bm_bwd, BK=cfg.bk_bwd, BP=BP, IS_K=is_k, DOT_PREC=dqk_prec,
                  LOAD_DPW=cfg.bwd_store_dpw, **bwd_w)))
     out.append(KernelLaunch(
         f"mimo_bwd_dv_kernel-{tag}", mimo_bwd_dv_kernel,
-        (q, q, v, f, f, f, f, f, f, f, f, f, f, v, f, f, f, f, f, dpw,
+        (q, q, v, f, f, f, f, f, f, f, f, f, dsend, v, f, f, f, f, f, dpw,
          i32(16), i32(16), i32(16), i32(16), i32(16), TT, H, H // G, G, N2, A, P, 2),
         dict(R=R, BM=cfg.bm_bwd, BK=cfg.dv_block, BP=BP, HAS_D=True, ONE_K=N2 <= cfg.dv_block, DOT_PREC=bwd_prec,
              STORE_DPW=cfg.bwd_store_dpw, **bwd_w)))

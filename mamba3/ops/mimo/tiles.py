@@ -212,12 +212,14 @@ def load_rank_p(X, r, valid, sx_r, P, BP: tl.constexpr):
 
 @triton.jit
 def load_state_pair(S, k0, N2, P, BP: tl.constexpr, BK: tl.constexpr):
-    """The two [BP, BK] halves of a (P, N) fp32 state at pair block k0."""
+    """The two [BP, BK] halves of a (P, N) state at pair block k0, in fp32 (the state kept in fp32, or its bf16 copy
+    widened: ``MimoConfig.bwd_states16``)."""
     pp = tl.arange(0, BP)
     kk = k0 + tl.arange(0, BK)
     m = (pp < P)[:, None] & (kk < N2)[None, :]
     off = pp[:, None] * (2 * N2) + kk[None, :]
-    return tl.load(S + off, mask=m, other=0.0), tl.load(S + off + N2, mask=m, other=0.0)
+    return (tl.load(S + off, mask=m, other=0.0).to(tl.float32),
+            tl.load(S + off + N2, mask=m, other=0.0).to(tl.float32))
 
 
 @triton.jit
@@ -232,14 +234,14 @@ def state_block_ids(HG, N2, BP: tl.constexpr, BK: tl.constexpr):
 
 @triton.jit
 def store_state_pair(S, s1, s2, k0, N2, P, BP: tl.constexpr, BK: tl.constexpr):
-    """Stores the two [BP, BK] halves s1, s2 of a (P, N) fp32 state at pair block k0 (``load_state_pair``'s
-    layout)."""
+    """Stores the two [BP, BK] fp32 halves s1, s2 of a (P, N) state at pair block k0 (``load_state_pair``'s layout),
+    rounded to S's dtype (fp32, or bf16 for ``MimoConfig.bwd_states16``'s copies)."""
     pp = tl.arange(0, BP)
     kk = k0 + tl.arange(0, BK)
     m = (pp < P)[:, None] & (kk < N2)[None, :]
     off = pp[:, None] * (2 * N2) + kk[None, :]
-    tl.store(S + off, s1, mask=m)
-    tl.store(S + off + N2, s2, mask=m)
+    tl.store(S + off, s1.to(S.dtype.element_ty), mask=m)
+    tl.store(S + off + N2, s2.to(S.dtype.element_ty), mask=m)
 
 
 @triton.jit
