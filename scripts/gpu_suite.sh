@@ -82,20 +82,22 @@ if has bench; then
     pack
   done
 fi
-if has sweeps; then  # defaults: the MIMO scan forward (MimoConfig.scan_variant, forced) against its operands
-  # broadcast (-scan-bcast), with 16-bit dq / dk dots (-scan-dqk16) and the chunked forward (-st2); SISO: the default
-  # tiles at B8 (the README's rows), bf16 and fp32, the latter on sm_90's and the other architectures' tiles
-  SWEEP_MIMO=${SWEEP_MIMO-scan/,scan-bcast/,scan-dqk16/,st2/}
+if has sweeps; then  # defaults: the MIMO scan variant (MimoConfig.scan_variant, forced, the B8 default) against its
+  # backward on bf16 state copies (-scan-states16), its walks at 4 warps (-scan-walk4) and both, with per-kernel
+  # times; at B1 the chunked default against its bf16 state copies; SISO: the default tiles at B8 (the README's rows),
+  # bf16 and fp32, the latter on sm_90's and the other architectures' tiles
+  SWEEP_MIMO=${SWEEP_MIMO-scan/,scan-states16/,scan-walk4/,scan-walk4-states16/}
   SISO_FP32=fp32-x3-c64-b32p64-w4/8,fp32-x3-c32-b32-w4/4
   SWEEP_SISO=${SWEEP_SISO-bf16-joined-c64-w4/8,$SISO_FP32}
   if [ -n "$SWEEP_MIMO" ]; then
-    timeout 400 python3 benchmarks/bench_mimo.py --shapes none --sweep --only="$SWEEP_MIMO" --out "$OUT/mimo_sweep.json" \
-      > "$OUT/sweep_mimo.log" 2>&1 || status=1
+    timeout 400 python3 benchmarks/bench_mimo.py --shapes none --sweep --sweep-kernels --only="$SWEEP_MIMO" \
+      --out "$OUT/mimo_sweep.json" > "$OUT/sweep_mimo.log" 2>&1 || status=1
     grep "'config'" "$OUT/sweep_mimo.log" || tail -n 5 "$OUT/sweep_mimo.log"
   fi
-  SWEEP_MIMO_B1=${SWEEP_MIMO_B1-}  # e.g. scan,st1 (B1 T32768: the scan forward has 32 programs there)
+  SWEEP_MIMO_B1=${SWEEP_MIMO_B1-w4-st2/,w4-states16/bf}  # B1 T32768: chunked (32 scan programs)
   if [ -n "$SWEEP_MIMO_B1" ]; then
-    timeout 300 python3 benchmarks/bench_mimo.py --shapes none --sweep --sweep-batch 1 --only="$SWEEP_MIMO_B1" \
+    timeout 300 python3 benchmarks/bench_mimo.py --shapes none --sweep --sweep-kernels --sweep-batch 1 \
+      --only="$SWEEP_MIMO_B1" \
       --out "$OUT/mimo_sweep_b1.json" > "$OUT/sweep_mimo_b1.log" 2>&1 || status=1
     grep "'config'" "$OUT/sweep_mimo_b1.log" || tail -n 5 "$OUT/sweep_mimo_b1.log"
   fi

@@ -175,8 +175,9 @@ class MimoConfig:
         output kernel, below), so it is not offered.
     scan_bp: P block of ``mimo_scan_out_kernel`` (0: all of P; the fused RMSNorm always takes all of P). Smaller
         blocks hold less state per program and make more programs, and recompute the scores once per block.
-    scan_warps: warps of ``mimo_scan_out_kernel``: 8 (255 registers, one CTA per SM; AOT sm_90 bf16 208 B of
-        spills at P block 64).
+    scan_warps: warps of ``mimo_scan_out_kernel``: 8 (255 registers, one CTA per SM; AOT sm_90 bf16 84 B of
+        spills at P block 64). At 4 (sweep variant ``-scan-walk4``, untimed) the walks keep 255 registers (548 B of
+        spills in the forward walk) and two CTAs share an SM: B8 T4096's 256 programs in one wave instead of two.
     scan_states: with the scan forward, the backward's recompute of the state entering each state chunk as the
         same walk without outputs (``mimo_scan_out_kernel`` STATES), in place of the chunk-state kernel (which writes
         every chunk's local ΔS) and the state pass (which reads it and writes the states): at 16-token state chunks
