@@ -1,5 +1,6 @@
 """CPU tests of mamba3.dispatch and mamba3.testing.errors (no GPU, no Triton compile)."""
 
+import dataclasses
 import math
 
 import pytest
@@ -92,9 +93,9 @@ def test_siso_head_split_follows_the_grid():
 def test_mimo_scan_forward_only_on_filling_grids():
     """``MimoConfig.scan_fwd`` None: the scan forward where it was measured to pay (16-bit inputs, R = 4 at 16-token
     chunks, N ≤ 128, sequences of one length) and its programs fill the last wave of a known device; the chunked
-    forward otherwise; True / False as set."""
+    forward otherwise; True / False as set. A wave is one program per SM at 8 warps, two at 4."""
     from mamba3.dispatch import arch_spec
-    from mamba3.ops.mimo.configs import CONFIGS, MimoConfig, MimoProblem, choose_config, for_grid
+    from mamba3.ops.mimo.configs import CONFIGS, MimoConfig, MimoProblem, choose_config, for_grid, scan_ctas_per_sm
 
     base = choose_config(arch_spec(90), MimoProblem(128, 64, 4)).for_chunk(4, 16)
     assert base.scan_fwd is None and base.state_tiles == 2
@@ -114,6 +115,10 @@ def test_mimo_scan_forward_only_on_filling_grids():
     assert for_grid(forced, **dict(grid, programs=1)) is forced
     off = MimoConfig(scan_fwd=False)
     assert for_grid(off, **grid) is off
+    walk4 = dataclasses.replace(base, scan_warps=4)                        # two programs per SM: 264 slots
+    assert (scan_ctas_per_sm(base), scan_ctas_per_sm(walk4)) == (1, 2)
+    assert for_grid(walk4, **grid).scan_fwd is True                          # one wave, 0.97 full
+    assert for_grid(walk4, **dict(grid, programs=128)).scan_fwd is False     # half the slots idle
     assert all(cfg.scan_fwd is False for p, cfgs in CONFIGS.items() if p != 64 for cfg in cfgs)
 
 

@@ -351,20 +351,28 @@ def scan_block_p(cfg: MimoConfig, headdim: int, norm: bool) -> int:
 SCAN_MIN_FILL = 0.9
 
 
+def scan_ctas_per_sm(cfg: MimoConfig) -> int:
+    """How many ``mimo_scan_out_kernel`` programs an SM holds at once: its 64 K registers over the walk's (255
+    registers per thread, rounded to 256, at 4 and 8 warps: AOT sm_90 bf16 P block 64) — 1 at 8 warps, 2 at 4."""
+    return max(1, 65536 // (256 * 32 * cfg.scan_warps))
+
+
 def for_grid(cfg: MimoConfig, *, programs: int, sm_count: int | None, rank: int, dstate: int, sixteen_bit: bool,
              equal_lengths: bool) -> MimoConfig:
     """``cfg`` with ``scan_fwd`` decided: as set when True or False; None (the dispatcher's) gives
     :meth:`MimoConfig.scan_variant` where what was measured says it pays — 16-bit inputs (fp32 ones spill 6-31 KB
     per thread off sm_90, AOT), R = 4 at 16-token chunks and N/2 ≤ bk (the H200's sweep shape; other R and chunks
     were not timed), sequences of one length (the longest would set the scan's time) and ``programs`` (P blocks ×
-    sequences × heads) filling the last wave of a device of known SM count to ``SCAN_MIN_FILL``. The scan kernel's
-    shared memory (≤ 50 KB for 16-bit inputs) is proven by the AOT lane on every CI architecture."""
+    sequences × heads) filling the last wave of a device of known SM count to ``SCAN_MIN_FILL`` (a wave: as many
+    programs as :func:`scan_ctas_per_sm` lets the SMs hold). The scan kernel's shared memory (≤ 50 KB for 16-bit
+    inputs) is proven by the AOT lane on every CI architecture."""
     if cfg.scan_fwd is not None:
         return cfg
     pays = sixteen_bit and rank == 4 and cfg.bm == 64 and dstate // 2 <= cfg.bk and equal_lengths and bool(sm_count)
     if pays:
-        waves = -(-programs // sm_count)
-        pays = programs >= SCAN_MIN_FILL * waves * sm_count
+        slots = sm_count * scan_ctas_per_sm(cfg)
+        waves = -(-programs // slots)
+        pays = programs >= SCAN_MIN_FILL * waves * slots
     return cfg.scan_variant() if pays else replace(cfg, scan_fwd=False)
 
 
