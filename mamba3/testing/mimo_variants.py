@@ -28,7 +28,6 @@ OPT_IN = {
     "bcast": dict(scan_gather=False),
     "walk4": dict(scan_warps=4),
     "states16": dict(bwd_states16=True),
-    "nostates16": dict(bwd_states16=False),
 }
 
 
