@@ -93,6 +93,7 @@ if has sweeps; then  # defaults: the MIMO scan variant (MimoConfig.scan_variant,
     timeout 400 python3 benchmarks/bench_mimo.py --shapes none --sweep --sweep-kernels --only="$SWEEP_MIMO" \
       --out "$OUT/mimo_sweep.json" > "$OUT/sweep_mimo.log" 2>&1 || status=1
     grep "'config'" "$OUT/sweep_mimo.log" || tail -n 5 "$OUT/sweep_mimo.log"
+    pack
   fi
   SWEEP_MIMO_B1=${SWEEP_MIMO_B1-w4-st2/,w4-states16/bf}  # B1 T32768: chunked (32 scan programs)
   if [ -n "$SWEEP_MIMO_B1" ]; then
@@ -100,11 +101,13 @@ if has sweeps; then  # defaults: the MIMO scan variant (MimoConfig.scan_variant,
       --only="$SWEEP_MIMO_B1" \
       --out "$OUT/mimo_sweep_b1.json" > "$OUT/sweep_mimo_b1.log" 2>&1 || status=1
     grep "'config'" "$OUT/sweep_mimo_b1.log" || tail -n 5 "$OUT/sweep_mimo_b1.log"
+    pack
   fi
   if [ -n "$SWEEP_SISO" ]; then
     timeout 300 python3 benchmarks/sweep_siso.py --only "$SWEEP_SISO" --out "$OUT/siso_sweep.json" \
       > "$OUT/sweep_siso.log" 2>&1 || status=1
     tail -n 8 "$OUT/sweep_siso.log"
+    pack
   fi
   SWEEP_SISO_B1=${SWEEP_SISO_B1-}  # e.g. bf16-joined-c64-w4/8,bf16-joined-c64-w4/8-scan (B1: 64 scan programs)
   if [ -n "$SWEEP_SISO_B1" ]; then
