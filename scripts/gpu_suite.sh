@@ -98,8 +98,7 @@ if has sweeps; then  # defaults: the MIMO scan variant (MimoConfig.scan_variant,
   SWEEP_MIMO_B1=${SWEEP_MIMO_B1-w4-st2/,w4-states16/bf}  # B1 T32768: chunked (32 scan programs)
   if [ -n "$SWEEP_MIMO_B1" ]; then
     timeout 300 python3 benchmarks/bench_mimo.py --shapes none --sweep --sweep-kernels --sweep-batch 1 \
-      --only="$SWEEP_MIMO_B1" \
-      --out "$OUT/mimo_sweep_b1.json" > "$OUT/sweep_mimo_b1.log" 2>&1 || status=1
+      --only="$SWEEP_MIMO_B1" --out "$OUT/mimo_sweep_b1.json" > "$OUT/sweep_mimo_b1.log" 2>&1 || status=1
     grep "'config'" "$OUT/sweep_mimo_b1.log" || tail -n 5 "$OUT/sweep_mimo_b1.log"
     pack
   fi
@@ -114,6 +113,7 @@ if has sweeps; then  # defaults: the MIMO scan variant (MimoConfig.scan_variant,
     timeout 200 python3 benchmarks/sweep_siso.py --shape B1 --only "$SWEEP_SISO_B1" --out "$OUT/siso_sweep_b1.json" \
       > "$OUT/sweep_siso_b1.log" 2>&1 || status=1
     tail -n 4 "$OUT/sweep_siso_b1.log"
+    pack
   fi
 fi
 if has info; then

@@ -352,8 +352,9 @@ SCAN_MIN_FILL = 0.9
 
 
 def scan_ctas_per_sm(cfg: MimoConfig) -> int:
-    """How many ``mimo_scan_out_kernel`` programs an SM holds at once: its 64 K registers over the walk's (255
-    registers per thread, rounded to 256, at 4 and 8 warps: AOT sm_90 bf16 P block 64) — 1 at 8 warps, 2 at 4."""
+    """How many ``mimo_scan_out_kernel`` programs an SM holds at once: its 64 K registers divided by one program's
+    (255 registers per thread, allocated as 256, at 4 and 8 warps: AOT sm_90 bf16 P block 64) — 1 at 8 warps, 2 at
+    4."""
     return max(1, 65536 // (256 * 32 * cfg.scan_warps))
 
 
