@@ -61,8 +61,8 @@ def sweep_variants(spec):
                  # the stored blocks in fp32 (dpw16 off: twice their 1.07 GB here; B1 T32768 33.47 against 32.79
                  # ms, H100, 42nd session)
                  R(base, dpw16=False, name=f"{base.name}-dpw32"),
-                 # the backward's state copies (S entering, dS at the end of each chunk) in bf16 (bwd_states16)
-                 R(base, bwd_states16=True, name=f"{base.name}-states16")]
+                 # the backward's state copies (S entering, dS at the end of each chunk) in fp32 (bwd_states16 off)
+                 R(base, bwd_states16=False, name=f"{base.name}-states32")]
     # the scan forward (one walk per sequence, head and P block; the state in registers), forced, with the
     # backward's state passes as scans (scan_variant: scan_states and scan_dstates), one of them, or neither
     scan = chosen.scan_variant()
@@ -88,12 +88,14 @@ def sweep_variants(spec):
                  # with save_y 25.16 against 24.71, H100, 42nd session)
                  R(scan, dpw16=False, name=f"{scan.name}-dpw32"),
                  R(scan, dpw16=False, save_y=True, name=f"{scan.name}-savey-dpw32"),
-                 # the backward's state copies (S entering, dS at the end of each chunk) in bf16 (bwd_states16)
-                 R(scan, bwd_states16=True, name=f"{scan.name}-states16"),
-                 R(scan, bwd_states16=True, save_y=True, name=f"{scan.name}-savey-states16"),
-                 # the walks at 4 warps (255 registers: two CTAs per SM, so B8's 256 programs in one wave)
-                 R(scan, scan_warps=4, name=f"{scan.name}-walk4"),
-                 R(scan, scan_warps=4, bwd_states16=True, name=f"{scan.name}-walk4-states16")]
+                 # the backward's state copies (S entering, dS at the end of each chunk) in fp32 (bwd_states16 off;
+                 # on: 26.96 → 25.23 ms, H100, 55th session)
+                 R(scan, bwd_states16=False, name=f"{scan.name}-states32"),
+                 R(scan, bwd_states16=False, save_y=True, name=f"{scan.name}-savey-states32"),
+                 # the walks at 8 warps (one CTA per SM, so B8's 256 programs in two waves; 4 warps: forward 4.83 →
+                 # 3.93 ms, H100, 55th session)
+                 R(scan, scan_warps=8, name=f"{scan.name}-walk8"),
+                 R(scan, scan_warps=8, bwd_states16=False, name=f"{scan.name}-walk8-states32")]
     # fp32 inputs (tf32x3 dots) on the configuration's 64-row tiles (bm_fp32 off), which spill ≈ 4 KB per thread
     # in the output kernel (AOT sm_90) where the 32-row ones (bm_fp32 = 32) spill 680 B: B8 T4096 99.31 against
     # 86.37 ms (H100, 42nd session)
@@ -117,6 +119,7 @@ def sweep_variants(spec):
         variants += [(c, dtype, p) for dtype in (torch.bfloat16, torch.float32)
                      for c in (named(""), named("-nodpw", bwd_store_dpw=False))]
         variants.append((named("-dpw32", dpw16=False), torch.bfloat16, p))
+        variants.append((named("-states32", bwd_states16=False), torch.bfloat16, p))  # fp32 state copies
         if cfg.bm_fp32:
             variants += [(named("-fp32bm64", bm_fp32=0, bm_bwd_fp32=0), torch.float32, p),
                          (named("-fp32bwd32", bm_bwd_fp32=0), torch.float32, p)]

@@ -12,6 +12,7 @@
 #   demo     the CPU demo's configuration trained through the kernels                     (≤ 2 min)
 #   bench    bench_siso, bench_mimo, bench_step, bench_task_step, bench_custom_ops, each with a cold cache
 #            (≈ 3 + 3 + 1 + 1 + 1 min)
+#            (OPS_TESTS / BENCHES narrow ops / bench to some files / benchmarks, e.g. BENCHES=mimo)
 #   info     `python -m mamba3 info`: AOT-compiles every kernel for this GPU (≈ 3 min of CPU; run alone, it
 #            slows whatever shares the CPUs with it)
 #   sweeps   (not in the default) sweep candidates (the open questions, see below): SWEEP_MIMO / SWEEP_MIMO_B1 /
@@ -50,7 +51,7 @@ run_tests() {  # run_tests NAME PYTEST_ARGS... (files and options)
   pack
 }
 if has ops; then
-  run_tests ops tests/gpu/test_siso.py tests/gpu/test_mimo.py "$@"
+  run_tests ops ${OPS_TESTS:-tests/gpu/test_siso.py tests/gpu/test_mimo.py} "$@"
 fi
 if has rest; then
   run_tests rest tests/gpu --ignore=tests/gpu/test_siso.py --ignore=tests/gpu/test_mimo.py "$@"
@@ -75,7 +76,7 @@ if has demo; then  # training through the kernels: the CPU demo's configuration,
   pack
 fi
 if has bench; then
-  for bench in siso mimo step task_step custom_ops; do
+  for bench in ${BENCHES:-siso mimo step task_step custom_ops}; do
     timeout 300 python3 "benchmarks/bench_$bench.py" --out "$OUT/$bench.json" > "$OUT/bench_$bench.log" 2>&1 \
       || status=1
     cat "$OUT/$bench.md" 2>/dev/null || tail -n 5 "$OUT/bench_$bench.log"
@@ -83,10 +84,10 @@ if has bench; then
   done
 fi
 if has sweeps; then  # defaults: the MIMO scan variant (MimoConfig.scan_variant, forced, the B8 default) against its
-  # backward on bf16 state copies (-scan-states16), its walks at 4 warps (-scan-walk4) and both, with per-kernel
-  # times; at B1 the chunked default against its bf16 state copies; SISO: the default tiles at B8 (the README's rows),
+  # backward on fp32 state copies (-scan-states32), its walks at 8 warps (-scan-walk8) and both, with per-kernel
+  # times; at B1 the chunked default against its fp32 state copies; SISO: the default tiles at B8 (the README's rows),
   # bf16 and fp32, the latter on sm_90's and the other architectures' tiles
-  SWEEP_MIMO=${SWEEP_MIMO-scan/,scan-states16/,scan-walk4/,scan-walk4-states16/}
+  SWEEP_MIMO=${SWEEP_MIMO-scan/,scan-states32/,scan-walk8/,scan-walk8-states32/}
   SISO_FP32=fp32-x3-c64-b32p64-w4/8,fp32-x3-c32-b32-w4/4
   SWEEP_SISO=${SWEEP_SISO-bf16-joined-c64-w4/8,$SISO_FP32}
   if [ -n "$SWEEP_MIMO" ]; then
@@ -95,7 +96,7 @@ if has sweeps; then  # defaults: the MIMO scan variant (MimoConfig.scan_variant,
     grep "'config'" "$OUT/sweep_mimo.log" || tail -n 5 "$OUT/sweep_mimo.log"
     pack
   fi
-  SWEEP_MIMO_B1=${SWEEP_MIMO_B1-w4-st2/,w4-states16/bf}  # B1 T32768: chunked (32 scan programs)
+  SWEEP_MIMO_B1=${SWEEP_MIMO_B1-w4-st2/,w4-states32/bf}  # B1 T32768: chunked (32 scan programs)
   if [ -n "$SWEEP_MIMO_B1" ]; then
     timeout 300 python3 benchmarks/bench_mimo.py --shapes none --sweep --sweep-kernels --sweep-batch 1 \
       --only="$SWEEP_MIMO_B1" --out "$OUT/mimo_sweep_b1.json" > "$OUT/sweep_mimo_b1.log" 2>&1 || status=1

@@ -6,7 +6,7 @@ head loop) its length in SASS instructions per warp and the count of the opcodes
 and stores, wgmma / mma, barriers, shared-memory traffic (layout conversions, wgmma operands), spill traffic and
 special-function instructions. Static counts: a loop body counted once, nested loops included in it.
 
-    python scripts/sass_loops.py --arch 90 --kernels mimo_scan_out mimo_state_scan_bwd --variants walk4
+    python scripts/sass_loops.py --arch 90 --kernels mimo_scan_out mimo_state_scan_bwd --variants walk8
 
 (docs/performance.md, fifty-fourth session, reads these for sm_90 at bf16, N = 128, P = 64.)
 """

@@ -101,9 +101,10 @@ def test_mimo_scan_forward_only_on_filling_grids():
     assert base.scan_fwd is None and base.state_tiles == 2
     grid = dict(programs=256, sm_count=132, rank=4, dstate=128, sixteen_bit=True, equal_lengths=True)
     scan = for_grid(base, **grid)
-    assert scan.scan_fwd is True and scan.state_tiles == 1 and scan.scan_bp == 64 and scan.scan_warps == 8
-    assert scan.scan_states and scan.scan_dstates                            # the backward's state passes too
-    assert for_grid(base, **dict(grid, programs=128)).scan_fwd is True       # one wave, 0.97 full
+    assert scan.scan_fwd is True and scan.state_tiles == 1 and scan.scan_bp == 64 and scan.scan_warps == 4
+    assert scan.scan_states and scan.scan_dstates and scan.bwd_states16      # the backward's state passes too
+    at_128 = for_grid(base, **dict(grid, programs=128))                      # 4 warps: 264 slots, half idle
+    assert at_128.scan_fwd is True and at_128.scan_warps == 8                # 8 warps: one wave, 0.97 full
     for other in (dict(programs=200),                                        # second wave 0.52 full
                   dict(programs=64),                                         # half the SMs idle
                   dict(sm_count=None),                                       # no device
@@ -115,10 +116,9 @@ def test_mimo_scan_forward_only_on_filling_grids():
     assert for_grid(forced, **dict(grid, programs=1)) is forced
     off = MimoConfig(scan_fwd=False)
     assert for_grid(off, **grid) is off
-    walk4 = dataclasses.replace(base, scan_warps=4)                        # two programs per SM: 264 slots
-    assert (scan_ctas_per_sm(base), scan_ctas_per_sm(walk4)) == (1, 2)
-    assert for_grid(walk4, **grid).scan_fwd is True                          # one wave, 0.97 full
-    assert for_grid(walk4, **dict(grid, programs=128)).scan_fwd is False     # half the slots idle
+    walk8 = dataclasses.replace(base, scan_warps=8)                        # one program per SM: 132 slots
+    assert (scan_ctas_per_sm(base), scan_ctas_per_sm(walk8)) == (2, 1)
+    assert for_grid(walk8, **grid).scan_warps == 8                           # two waves, 0.97 full
     assert all(cfg.scan_fwd is False for p, cfgs in CONFIGS.items() if p != 64 for cfg in cfgs)
 
 

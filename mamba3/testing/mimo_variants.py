@@ -26,7 +26,7 @@ OPT_IN = {
     "bwd16-dv": dict(bwd_dots16=True, bk_bwd16=64, bwd16_dqk=False),
     "chunked-passes": dict(scan_states=False, scan_dstates=False),
     "bcast": dict(scan_gather=False),
-    "walk4": dict(scan_warps=4),
+    "walk8": dict(scan_warps=8),
     "states16": dict(bwd_states16=True),
 }
 
@@ -47,7 +47,9 @@ def applies(tag: str, cfg) -> bool:
     (``MimoConfig.for_dtype`` refuses the others); 16-bit dq / dk blocks only where the backward's dots are
     16-bit."""
     flags = OPT_IN[tag]
-    if tag in ("chunked-passes", "bcast", "walk4"):
+    if all(getattr(cfg, field) == value for field, value in flags.items()):
+        return False
+    if tag in ("chunked-passes", "bcast", "walk8"):
         return bool(cfg.scan_fwd)
     if "bm_fp32" in flags:
         if cfg.scan_fwd or cfg.bm <= flags["bm_fp32"]:

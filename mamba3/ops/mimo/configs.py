@@ -175,9 +175,11 @@ class MimoConfig:
         output kernel, below), so it is not offered.
     scan_bp: P block of ``mimo_scan_out_kernel`` (0: all of P; the fused RMSNorm always takes all of P). Smaller
         blocks hold less state per program and make more programs, and recompute the scores once per block.
-    scan_warps: warps of ``mimo_scan_out_kernel``: 8 (255 registers, one CTA per SM; AOT sm_90 bf16 84 B of
-        spills at P block 64). At 4 (sweep variant ``-scan-walk4``, untimed) the walks keep 255 registers (548 B of
-        spills in the forward walk) and two CTAs share an SM: B8 T4096's 256 programs in one wave instead of two.
+    scan_warps: warps of ``mimo_scan_out_kernel`` (the forward walk and the backward's states-only one): at 8, 255
+        registers and one CTA per SM (AOT sm_90 bf16, 84 B of spills at P block 64); at 4 the walks keep 255
+        registers (548 B of spills in the forward walk) and two CTAs share an SM, so B8 T4096's 256 programs run in
+        one wave instead of two.
+        :func:`for_grid` falls back to 8 where the grid fills only one CTA per SM (B4 T8192's 128 programs).
     scan_states: with the scan forward, the backward's recompute of the state entering each state chunk as the
         same walk without outputs (``mimo_scan_out_kernel`` STATES), in place of the chunk-state kernel (which writes
         every chunk's local ΔS) and the state pass (which reads it and writes the states): at 16-token state chunks
@@ -291,22 +293,32 @@ CONFIGS = {
     # fp32 inputs: P = 16 33.53 → 32.01 / 51.09 → 48.28, P = 32 28.87 → 28.79 / 65.46 → 50.82, P = 128 90.28 → 82.42
     # / 280.06 → 228.86 (``benchmarks/results/mimo_dpw_buckets_sweep.md``).
     # The blocks are bf16 for 16-bit inputs in every bucket (``dpw16``; timings in MimoConfig's docstring).
-    16: (MimoConfig(bm=32, warps=4, state_warps=4, warps_bwd=4, bwd_store_dpw=True, dpw16=True, name="bm32-w4"),),
+    # Every bucket's first configuration keeps the backward's state copies in bf16 for 16-bit inputs
+    # (``bwd_states16``); H100 (fifty-fifth session), bf16, forward+backward ms off → on: B8 T4096 P = 16 24.63 →
+    # 23.99, P = 32 27.62 → 27.05, P = 128 81.64 → 77.99; P = 64 (the chunked forward) B1 T32768 32.79 → 31.57, (the
+    # scan) B8 T4096 26.96 → 25.23. The buckets' second configurations (other architectures') were not timed.
+    16: (MimoConfig(bm=32, warps=4, state_warps=4, warps_bwd=4, bwd_store_dpw=True, dpw16=True, bwd_states16=True,
+                    name="bm32-w4"),),
     # P = 32: at 4 warps with 16-bit forward dots the output kernel returned wrong outputs and faulted on the H200
     # (Triton 3.6; the interpreter runs it exactly), so its forward dots stay tf32. H200, bf16, B=8, T=4096, P=32:
     # 8 warps with 16-bit forward dots 7.79 / 46.0 ms, 4 warps with tf32 ones 5.36 / 28.2.
     # fp32 inputs keep the 64-row tiles here: H100 (forty-third session), B8 T4096, forward+backward 50.63 ms against
     # 70.41 on 32-row tiles (``bm_fp32``) and 86.10 with a 16-row backward besides, though AOT predicted fewer spills.
     32: (MimoConfig(warps=4, state_warps=4, warps_bwd=4, fwd_dots16=False, bwd_store_dpw=True, dpw16=True,
-                    name="bm64-w4-tf32"),),
+                    bwd_states16=True, name="bm64-w4-tf32"),),
     # P = 64 at 4 warps (two 4-warp CTAs per SM instead of one 8-warp CTA; 255 registers, ≤ 172 B spills on
     # sm_90): H200, bf16, B=8, T=4096: forward / forward+backward 9.22 / 56.6 ms at 8 warps, 6.08 / 35.0 ms.
     # The forward as the scan (``scan_fwd``) where the grid fills the GPU (``for_grid``); for 16-bit inputs the
     # backward's dots on 16-bit operands over 64-column N-pair blocks (``bwd_dots16``, ``bk_bwd16``); the dq / dk
     # kernels load the weighted dP the dv kernel stored (``bwd_store_dpw``: fp32 inputs 154.9 → 99.9 ms, H100),
     # kept in bf16 for 16-bit inputs (``dpw16``); fp32 inputs run 32-row tiles (``bm_fp32``: 99.3 → 86.4 ms).
+    # The scan's walks at 4 warps (``scan_warps``; ``for_grid`` keeps 8 where the grid fills only one CTA per SM)
+    # and the backward's state copies in bf16 (``bwd_states16``): H100 (fifty-fifth session), bf16, B8 T4096,
+    # forward / forward+backward 4.83 / 28.37 ms at 8 warps with fp32 copies, 3.93 / 26.96 at 4 warps, 3.95 / 25.23
+    # with both (peak memory 7.61 → 5.46 GB).
     64: (MimoConfig(warps=4, state_warps=4, warps_bwd=4, bwd_dots16=True, bk_bwd16=64, bwd_store_dpw=True,
-                    dpw16=True, bm_fp32=32, scan_fwd=None, scan_bp=64, scan_warps=8, name="bm64-w4"),
+                    dpw16=True, bm_fp32=32, scan_fwd=None, scan_bp=64, scan_warps=4, bwd_states16=True,
+                    name="bm64-w4"),
          MimoConfig(bm_bwd=32, warps_bwd=4, name="bm64-bwd32")),
     # P = 128 at 64 rows: with 16-bit forward dots the output kernel returned wrong values on the H200 (Triton 3.6:
     # output error 0.21 against float64, bf16, N = 64; every gradient right; the interpreter runs it exactly), so
@@ -316,7 +328,7 @@ CONFIGS = {
     # spills 2568 / 2268 / 3548 → 176 / 72 / 628 B, AOT sm_90): H100 (forty-third session), B8 T4096,
     # forward+backward 228.12 ms → 217.07 on 32-row tiles → 141.97 with the 16-row backward.
     128: (MimoConfig(bk=32, bm_bwd=32, warps=4, state_warps=4, warps_bwd=4, fwd_dots16=False, bwd_store_dpw=True,
-                     dpw16=True, bm_fp32=32, bm_bwd_fp32=16, name="bm64-bk32-bwd32-w4"),
+                     dpw16=True, bm_fp32=32, bm_bwd_fp32=16, bwd_states16=True, name="bm64-bk32-bwd32-w4"),
           MimoConfig(bm=32, bm_bwd=16, bk=16, bk_bwd=16, state_tiles=8, bp_state=32, warps=4, warps_bwd=4,
                      state_warps=4, name="bm32-bwd16")),
 }
@@ -365,16 +377,19 @@ def for_grid(cfg: MimoConfig, *, programs: int, sm_count: int | None, rank: int,
     per thread off sm_90, AOT), R = 4 at 16-token chunks and N/2 ≤ bk (the H200's sweep shape; other R and chunks
     were not timed), sequences of one length (the longest would set the scan's time) and ``programs`` (P blocks ×
     sequences × heads) filling the last wave of a device of known SM count to ``SCAN_MIN_FILL`` (a wave: as many
-    programs as :func:`scan_ctas_per_sm` lets the SMs hold). The scan kernel's shared memory (≤ 50 KB for 16-bit
-    inputs) is proven by the AOT lane on every CI architecture."""
+    programs as :func:`scan_ctas_per_sm` lets the SMs hold) at ``cfg.scan_warps``, else at 8 warps (one CTA per
+    SM). The scan kernel's shared memory (≤ 50 KB for 16-bit inputs) is proven by the AOT lane on every CI
+    architecture."""
     if cfg.scan_fwd is not None:
         return cfg
     pays = sixteen_bit and rank == 4 and cfg.bm == 64 and dstate // 2 <= cfg.bk and equal_lengths and bool(sm_count)
     if pays:
-        slots = sm_count * scan_ctas_per_sm(cfg)
-        waves = -(-programs // slots)
-        pays = programs >= SCAN_MIN_FILL * waves * slots
-    return cfg.scan_variant() if pays else replace(cfg, scan_fwd=False)
+        for warps in dict.fromkeys((cfg.scan_warps, 8)):  # the configured walk, else one 8-warp CTA per SM
+            walk = replace(cfg, scan_warps=warps)
+            slots = sm_count * scan_ctas_per_sm(walk)
+            if programs >= SCAN_MIN_FILL * -(-programs // slots) * slots:
+                return walk.scan_variant()
+    return replace(cfg, scan_fwd=False)
 
 
 def output_launch_options(arch: int, bp: int, fp32_inputs: bool, y_io: int) -> dict:
@@ -478,7 +493,8 @@ def aot_launches(arch: int):
     The state-passing and angle kernels use no dots (shared memory only for reduction / scan scratch) and are
     listed once (the angle kernels at A = 32 and A = 128, their two block shapes' extremes). A configuration
     whose scan forward the launcher may pick (``scan_fwd`` None) adds that kernel for 16-bit inputs (the only ones
-    ``for_grid`` picks it for), with the backward's state-pass scans and its dv / dq / dk kernels (``bwd_store_dpw``).
+    ``for_grid`` picks it for; at the configured warps and at 8), with the backward's state-pass scans and its dv / dq
+    / dk kernels (``bwd_store_dpw``).
     Each configuration's output kernels (and scan forward) once more with ``save_y``, which any caller may turn on
     (``mamba3_mimo(save_y=True)``).
     """
@@ -505,9 +521,14 @@ def aot_launches(arch: int):
         if cfg.scan_fwd is None:  # the scan forward with the backward's state-pass scans and stored dP blocks
             launches += aot_kernel_launches(cfg.scan_variant(), headdim=p, dtype=torch.bfloat16, arch=arch,
                                             kernels=("mimo_scan_out", "mimo_state_scan_bwd", "mimo_bwd"))
-            launches += [x for x in aot_kernel_launches(saving.scan_variant(), headdim=p, dtype=torch.bfloat16,
-                                                        arch=arch, kernels=("mimo_scan_out",))
-                         if "-states]" not in x.name]
+            for warps in dict.fromkeys((cfg.scan_warps, 8)):  # for_grid's walks: as configured, or at 8 warps
+                if warps != cfg.scan_warps:
+                    launches += aot_kernel_launches(replace(cfg, scan_warps=warps).scan_variant(), headdim=p,
+                                                    dtype=torch.bfloat16, arch=arch, kernels=("mimo_scan_out",))
+                launches += [x for x in aot_kernel_launches(replace(saving, scan_warps=warps).scan_variant(),
+                                                            headdim=p, dtype=torch.bfloat16, arch=arch,
+                                                            kernels=("mimo_scan_out",))
+                             if "-states]" not in x.name]
         if cfg.bwd_states16:  # the chunked reverse pass's bf16 dS copies and bf16 S (the fp32 one: below)
             launches += aot_kernel_launches(cfg, headdim=p, dtype=torch.bfloat16, arch=arch,
                                             kernels=("mimo_state_bwd",))
