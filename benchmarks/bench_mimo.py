@@ -95,7 +95,10 @@ def sweep_variants(spec):
                  # the walks at 8 warps (one CTA per SM, so B8's 256 programs in two waves; 4 warps: forward 4.83 →
                  # 3.93 ms, H100, 55th session)
                  R(scan, scan_warps=8, name=f"{scan.name}-walk8"),
-                 R(scan, scan_warps=8, bwd_states16=False, name=f"{scan.name}-walk8-states32")]
+                 R(scan, scan_warps=8, bwd_states16=False, name=f"{scan.name}-walk8-states32"),
+                 # the output kernel's backward forming y again instead of the backward's states-only walk
+                 # (bwd_walk_y off: 25.37 against 24.54 ms, H100, 55th session)
+                 R(scan, bwd_walk_y=False, name=f"{scan.name}-ycalc")]
     # fp32 inputs (tf32x3 dots) on the configuration's 64-row tiles (bm_fp32 off), which spill ≈ 4 KB per thread
     # in the output kernel (AOT sm_90) where the 32-row ones (bm_fp32 = 32) spill 680 B: B8 T4096 99.31 against
     # 86.37 ms (H100, 42nd session)

@@ -93,7 +93,8 @@ def test_siso_head_split_follows_the_grid():
 def test_mimo_scan_forward_only_on_filling_grids():
     """``MimoConfig.scan_fwd`` None: the scan forward where it was measured to pay (16-bit inputs, R = 4 at 16-token
     chunks, N ≤ 128, sequences of one length) and its programs fill the last wave of a known device; the chunked
-    forward otherwise; True / False as set. A wave is one program per SM at 8 warps, two at 4."""
+    forward otherwise; True / False as set. A wave is one program per SM at 8 warps, two at 4; a grid that fills
+    no 4-warp wave is tried at 8 warps."""
     from mamba3.dispatch import arch_spec
     from mamba3.ops.mimo.configs import CONFIGS, MimoConfig, MimoProblem, choose_config, for_grid, scan_ctas_per_sm
 
@@ -103,6 +104,7 @@ def test_mimo_scan_forward_only_on_filling_grids():
     scan = for_grid(base, **grid)
     assert scan.scan_fwd is True and scan.state_tiles == 1 and scan.scan_bp == 64 and scan.scan_warps == 4
     assert scan.scan_states and scan.scan_dstates and scan.bwd_states16      # the backward's state passes too
+    assert scan.bwd_walk_y                                                   # y formed in its states-only walk
     at_128 = for_grid(base, **dict(grid, programs=128))                      # 4 warps: 264 slots, half idle
     assert at_128.scan_fwd is True and at_128.scan_warps == 8                # 8 warps: one wave, 0.97 full
     for other in (dict(programs=200),                                        # second wave 0.52 full

@@ -28,6 +28,7 @@ OPT_IN = {
     "bcast": dict(scan_gather=False),
     "walk8": dict(scan_warps=8),
     "states16": dict(bwd_states16=True),
+    "ycalc": dict(bwd_walk_y=False),  # the output kernel's backward forms y again
 }
 
 
@@ -51,6 +52,8 @@ def applies(tag: str, cfg) -> bool:
         return False
     if tag in ("chunked-passes", "bcast", "walk8"):
         return bool(cfg.scan_fwd)
+    if tag == "ycalc":
+        return bool(cfg.scan_fwd and cfg.scan_states)
     if "bm_fp32" in flags:
         if cfg.scan_fwd or cfg.bm <= flags["bm_fp32"]:
             return False

@@ -115,8 +115,9 @@ def _scan_variants():
 
     scans = [cfg.scan_variant() for cfgs in CONFIGS.values() for cfg in cfgs if cfg.scan_fwd is None]
     # and the scan forward with the backward's chunked state passes (scan_states, scan_dstates off), and with its
-    # operands broadcast per token / rank (scan_gather off), and with the walks at 8 warps (for_grid's fallback)
-    return scans + [with_variant(c, tag) for tag in ("chunked-passes", "bcast", "walk8") for c in scans]
+    # operands broadcast per token / rank (scan_gather off), with the walks at 8 warps (for_grid's fallback), and
+    # with the output kernel's backward forming y again instead of the states-only walk (bwd_walk_y off)
+    return scans + [with_variant(c, tag) for tag in ("chunked-passes", "bcast", "walk8", "ycalc") for c in scans]
 
 
 @pytest.mark.parametrize("cfg", _scan_variants(), ids=lambda c: c.name)

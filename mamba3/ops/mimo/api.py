@@ -33,8 +33,9 @@ def mamba3_mimo(q, k, v, adt, dt, trap, q_bias, k_bias, mimo_v, mimo_z, mimo_out
             with norm_eps.
         chunk_size, cu_seqlens, return_final_states, backend, precision: as for SISO.
         save_y: (Triton backend) keep every y_{t,r} (B·T·R·H·P fp32) from the forward for the backward, which
-            otherwise computes them again from the states: H200, bf16, B=8, T=4096, H=32, P=64, R=4, forward+
-            backward 29.1 → 25.2 ms (forward 4.82 → 5.20), for 32 KiB more memory per token (1.07 GB there).
+            otherwise computes them again from the states: H100, bf16, B=8, T=4096, H=32, P=64, R=4, forward+
+            backward 24.5 → 22.4 ms (forward 3.96 → 4.80), for 32 KiB more memory per token (1.07 GB there) held
+            from the forward to the backward.
             The eager autograd path only: under torch.compile (the custom ops) y is computed again.
 
     Returns:

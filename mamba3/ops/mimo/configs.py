@@ -178,8 +178,8 @@ class MimoConfig:
     scan_warps: warps of ``mimo_scan_out_kernel`` (the forward walk and the backward's states-only one): at 8, 255
         registers and one CTA per SM (AOT sm_90 bf16, 84 B of spills at P block 64); at 4 the walks keep 255
         registers (548 B of spills in the forward walk) and two CTAs share an SM, so B8 T4096's 256 programs run in
-        one wave instead of two.
-        :func:`for_grid` falls back to 8 where the grid fills only one CTA per SM (B4 T8192's 128 programs).
+        one wave instead of two. :func:`for_grid` falls back to 8 where the grid fills only one CTA per SM (B4
+        T8192's 128 programs: 4.86 / 27.95 ms at 8 warps against 5.95 / 29.27 at 4, H100).
     scan_states: with the scan forward, the backward's recompute of the state entering each state chunk as the
         same walk without outputs (``mimo_scan_out_kernel`` STATES), in place of the chunk-state kernel (which writes
         every chunk's local ΔS) and the state pass (which reads it and writes the states): at 16-token state chunks
@@ -198,7 +198,15 @@ class MimoConfig:
         and dS in fp32 as before, so nothing compounds across chunks; each chunk's products see its state rounded
         once to bf16 (the dv kernel's 16-bit dots round it so anyway; the tf32 ones widen it back). The forward is
         not touched. Halves the 2.1 GB of each crossing at B=8, T=4096, H=32, P=64, N=128 (six crossings per
-        backward). fp32 inputs keep fp32.
+        backward). fp32 inputs keep fp32. On in every bucket's first configuration (timings above ``CONFIGS``).
+    bwd_walk_y: with ``scan_states`` (and without ``save_y``), the backward's states-only walk also forms y before
+        the epilogue, as the forward walk did, into a buffer that lives through the backward only (``ys_dtype``;
+        1.07 GB at B=8, T=4096, H=32, P=64, R=4), and the output kernel's backward loads it instead of forming it
+        again from the states. H100 (fifty-fifth session), B8 T4096: that recompute is 3.8 of the output
+        kernel's backward's 5.2 ms (``save_y``: 1.39 ms), the states-only walk ≈ 1.0 ms and the forward walk
+        3.4. With the flag the walk takes ≈ 3.9 ms (it stores 1.07 GB of fp32 y) and the output kernel's backward
+        1.39: forward+backward 25.37 → 24.54 ms, peak memory 5.46 → 6.53 GB (the buffer). On in P = 64's
+        configuration (the only one with the scan forward).
     """
 
     bm: int = 64
@@ -229,6 +237,7 @@ class MimoConfig:
     scan_dstates: bool = False
     scan_gather: bool = True
     bwd_states16: bool = False
+    bwd_walk_y: bool = False
     name: str = "default"
 
     def __post_init__(self):
@@ -315,10 +324,11 @@ CONFIGS = {
     # The scan's walks at 4 warps (``scan_warps``; ``for_grid`` keeps 8 where the grid fills only one CTA per SM)
     # and the backward's state copies in bf16 (``bwd_states16``): H100 (fifty-fifth session), bf16, B8 T4096,
     # forward / forward+backward 4.83 / 28.37 ms at 8 warps with fp32 copies, 3.93 / 26.96 at 4 warps, 3.95 / 25.23
-    # with both (peak memory 7.61 → 5.46 GB).
+    # with both (peak memory 7.61 → 5.46 GB); the backward's states-only walk forming y for the output kernel's
+    # backward (``bwd_walk_y``) 25.37 → 24.54 (peak 6.53 GB).
     64: (MimoConfig(warps=4, state_warps=4, warps_bwd=4, bwd_dots16=True, bk_bwd16=64, bwd_store_dpw=True,
                     dpw16=True, bm_fp32=32, scan_fwd=None, scan_bp=64, scan_warps=4, bwd_states16=True,
-                    name="bm64-w4"),
+                    bwd_walk_y=True, name="bm64-w4"),
          MimoConfig(bm_bwd=32, warps_bwd=4, name="bm64-bwd32")),
     # P = 128 at 64 rows: with 16-bit forward dots the output kernel returned wrong values on the H200 (Triton 3.6:
     # output error 0.21 against float64, bf16, N = 64; every gradient right; the interpreter runs it exactly), so

@@ -91,7 +91,9 @@ class _MimoCore(torch.autograd.Function):
                           chunked=not (scan_states and scan_dstates))
         # recompute the incoming states (not kept between passes)
         if scan_states:
-            sin = _launch.scan_states(L, t)
+            if ys is None and L.cfg.bwd_walk_y:  # the walk forms y again for the output kernel's backward
+                ys = _launch.new_ys(L, v)
+            sin = _launch.scan_states(L, t, ys)
         else:
             sin = _launch.forward(L, t, _launch.states_dtype(L.cfg, v.dtype))[0]
         g = _launch.backward(L, t, sin, dout.contiguous(), None if dsfin is None else dsfin.contiguous(), ys)

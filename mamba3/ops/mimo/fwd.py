@@ -279,7 +279,9 @@ def mimo_scan_out_kernel(Q, K, V, ROT, CS, GAM, SCL, QB, KB, PSI, ZETA, PHI, DD,
     idles through the rest (a loop bound loaded from memory runs compiled but not in the interpreter).
 
     STATES (the backward's recompute, ``MimoConfig.scan_states``): no outputs and no final state; the state entering
-    each state chunk goes to SIN (state chunks, H, P, N), as the chunk-state kernel and the state pass give it.
+    each state chunk goes to SIN (state chunks, H, P, N), as the chunk-state kernel and the state pass give it. With
+    SAVE_Y too (``MimoConfig.bwd_walk_y``) the walk also forms y as the forward did and stores it at YS for the
+    output kernel's backward.
     GATHER (``MimoConfig.scan_gather``): the per-token and per-rank operands loaded per row (:func:`rot_pair`).
     SAVE_Y (``MimoConfig.save_y``): y before the epilogue also goes to YS (TT, R, H, P; YS's dtype), for the backward.
     (Running the output epilogue's backward in that walk as well, in place of the output kernel's backward pass, was
@@ -310,7 +312,7 @@ def mimo_scan_out_kernel(Q, K, V, ROT, CS, GAM, SCL, QB, KB, PSI, ZETA, PHI, DD,
         t, r, valid = rows_of(ntok, R, BM)
         ti = tok0 + t
         ci = tl.load(CSh + ti, mask=valid, other=0.0)
-        if not STATES:
+        if not STATES or SAVE_Y:
             # inter-chunk: e^{c_i}·S q̃_i (the state as the chunked path's output kernel takes it: fp32 at DOT_PREC);
             # q̃ and k̃ are then held as the in-chunk dots take them (16-bit for 16-bit TOK_PREC: half the registers)
             q1, q2, _c, _s = rot_pair(Qg, sq_t, sq_r, QBh, ROTh, srot_t, tok0, ntok, 0, N2, A, R, BM, BK, GATHER)
@@ -323,7 +325,7 @@ def mimo_scan_out_kernel(Q, K, V, ROT, CS, GAM, SCL, QB, KB, PSI, ZETA, PHI, DD,
         k1, k2, _c2, _s2 = rot_pair(Kg, sq_t, sq_r, KBh, ROTh, srot_t, tok0, ntok, 0, N2, A, R, BM, BK, GATHER)
         k1 = dot_operand(k1, TOK_PREC)
         k2 = dot_operand(k2, TOK_PREC)
-        if not STATES:  # in-chunk
+        if not STATES or SAVE_Y:  # in-chunk
             s_ij = tl.zeros((BM, BM), dtype=tl.float32)
             s_ij = mdot(q1, tl.trans(k1), s_ij, TOK_PREC)
             s_ij = mdot(q2, tl.trans(k2), s_ij, TOK_PREC)
@@ -331,13 +333,14 @@ def mimo_scan_out_kernel(Q, K, V, ROT, CS, GAM, SCL, QB, KB, PSI, ZETA, PHI, DD,
         if STATES:  # the state entering chunk bc (none from an idle iteration)
             store_state_pair(SIN + (bc * H + h).to(tl.int64) * P * (2 * N2) + p0 * (2 * N2), s1, s2, 0, N2,
                              tl.where(live, PV, 0), BP, BK)
-        else:
+        if not STATES or SAVE_Y:
             w = pair_weights(CSh, SCLh, GAM + h * TT, tok0, ntok, tok0, ntok, R, BM, False)
             acc = mdot(s_ij * w, vt, acc, TOK_PREC)
             if HAS_D:
                 acc += tl.load(DD + h).to(tl.float32) * vt
             if SAVE_Y:
                 store_rows_p(YS + h * P + p0, sy_t, sv_t, ti, r, valid, acc, PV)
+        if not STATES:
             _n, _rstd, _nw, _zt, _zz, _sg, _gate, o = norm_gate(acc, Z + h * P + p0, ZETA + h * R * P + p0,
                                                                 NW + h * P + p0, sv_t, tok0, ntok, r, valid, P, PV,
                                                                 eps, R, BM, BP, HAS_Z, NORM, HAS_NW, GATHER)

@@ -298,21 +298,24 @@ def uses_scan_states(L: Launch) -> bool:
     return L.cfg.scan_states and uses_scan(L)
 
 
-def scan_states(L: Launch, t):
+def scan_states(L: Launch, t, ys=None):
     """The state entering each state chunk, (state chunks, H, P, N) in :func:`states_dtype`, by the states-only walk
     of ``mimo_scan_out_kernel`` (STATES): what :func:`forward` returns first, without the local chunk states in
-    DRAM."""
+    DRAM. Where ``ys`` is given (``MimoConfig.bwd_walk_y``), the walk also stores the pre-epilogue y there, as the
+    forward formed it."""
     cfg, T = L.cfg, L.tables
     sin = torch.empty(T.nbc, L.H, L.P, 2 * L.N2, device=t["v"].device, dtype=states_dtype(cfg, t["v"].dtype))
     bp = scan_block_p(cfg, L.P, norm=False)
     cs = t["cs"]  # stands in for the pointers the states-only walk does not read
+    d = lambda x: cs if x is None else x  # noqa: E731
+    has_d = ys is not None and t["D"] is not None  # D·ṽ is part of y
     mimo_scan_out_kernel[(triton.cdiv(L.P, bp), T.ns, L.H)](
-        t["q"], t["k"], t["v"], t["rot"], cs, t["gam"], t["scl"], t["qb"], t["kb"], t["psi"], cs, cs, cs, cs, cs,
-        cs if t["s0"] is None else t["s0"], cs, cs, sin, cs,
+        t["q"], t["k"], t["v"], t["rot"], cs, t["gam"], t["scl"], t["qb"], t["kb"], t["psi"], cs, cs,
+        d(t["D"]), cs, cs, d(t["s0"]), cs, cs, sin, d(ys),
         T.seq_table, T.bc_start, T.bc_end, T.max_bc, L.TT, L.H, L.HG, L.G, L.N2, L.A, L.P, L.eps,
-        R=L.R, BM=cfg.bm, BK=cfg.bk, BP=bp, HAS_D=False, HAS_Z=False, HAS_OUT=False, NORM=False, HAS_NW=False,
+        R=L.R, BM=cfg.bm, BK=cfg.bk, BP=bp, HAS_D=has_d, HAS_Z=False, HAS_OUT=False, NORM=False, HAS_NW=False,
         HAS_S0=t["s0"] is not None, DOT_PREC=L.dot_prec, TOK_PREC=L.fwd_prec, STATES=True, GATHER=cfg.scan_gather,
-        num_warps=cfg.scan_warps, num_stages=cfg.stages)
+        SAVE_Y=ys is not None, num_warps=cfg.scan_warps, num_stages=cfg.stages)
     return sin
 
 
@@ -463,10 +466,11 @@ def aot_kernel_launches(cfg: MimoConfig, headdim: int, dtype, arch: int, dstate:
                 mimo_scan_out_kernel,
                 (q, q, v, f, f, f, f, f, f, f, f, f, f, v, f, f, v, f, sin if states else f, ys, i32(16), i32(16),
                  i32(16), 64, TT, H, H // G, G, N2, A, P, 1e-5),
-                dict(R=R, BM=cfg.bm, BK=cfg.bk, BP=bps, HAS_D=not states, HAS_Z=not states, HAS_OUT=not states,
-                     NORM=bps >= BP and not states, HAS_NW=bps >= BP and not states, HAS_S0=True, DOT_PREC=prec,
-                     TOK_PREC=fwd_prec, STATES=states, GATHER=cfg.scan_gather, SAVE_Y=cfg.save_y and not states,
-                     num_warps=cfg.scan_warps, num_stages=cfg.stages)))
+                dict(R=R, BM=cfg.bm, BK=cfg.bk, BP=bps, HAS_D=not states or cfg.bwd_walk_y, HAS_Z=not states,
+                     HAS_OUT=not states, NORM=bps >= BP and not states, HAS_NW=bps >= BP and not states, HAS_S0=True,
+                     DOT_PREC=prec, TOK_PREC=fwd_prec, STATES=states, GATHER=cfg.scan_gather,
+                     SAVE_Y=cfg.bwd_walk_y if states else cfg.save_y, num_warps=cfg.scan_warps,
+                     num_stages=cfg.stages)))
     if cfg.scan_dstates:
         bps = min(cfg.bp_state, BP)
         out.append(KernelLaunch(
