@@ -98,7 +98,9 @@ def sweep_variants(spec):
                  R(scan, scan_warps=8, bwd_states16=False, name=f"{scan.name}-walk8-states32"),
                  # the output kernel's backward forming y again instead of the backward's states-only walk
                  # (bwd_walk_y off: 25.37 against 24.54 ms, H100, 55th session)
-                 R(scan, bwd_walk_y=False, name=f"{scan.name}-ycalc")]
+                 R(scan, bwd_walk_y=False, name=f"{scan.name}-ycalc"),
+                 # that walk's y in bf16 (save_y16 without save_y: half the buffer's 1.07 GB)
+                 R(scan, save_y16=True, name=f"{scan.name}-walky16")]
     # fp32 inputs (tf32x3 dots) on the configuration's 64-row tiles (bm_fp32 off), which spill ≈ 4 KB per thread
     # in the output kernel (AOT sm_90) where the 32-row ones (bm_fp32 = 32) spill 680 B: B8 T4096 99.31 against
     # 86.37 ms (H100, 42nd session)

@@ -84,10 +84,10 @@ if has bench; then
   done
 fi
 if has sweeps; then  # defaults: the MIMO scan variant (MimoConfig.scan_variant, forced, the B8 default) against its
-  # backward on fp32 state copies (-scan-states32), its walks at 8 warps (-scan-walk8) and both, with per-kernel
-  # times; at B1 the chunked default against its fp32 state copies; SISO: the default tiles at B8 (the README's rows),
-  # bf16 and fp32, the latter on sm_90's and the other architectures' tiles
-  SWEEP_MIMO=${SWEEP_MIMO-scan/,scan-states32/,scan-walk8/,scan-walk8-states32/}
+  # backward's states-only walk storing y in bf16 (-scan-walky16) and the output kernel's backward forming y again
+  # (-scan-ycalc), with per-kernel times; at B1 the chunked default against its fp32 state copies; SISO: the default
+  # tiles at B8 (the README's rows), bf16 and fp32, the latter on sm_90's and the other architectures' tiles
+  SWEEP_MIMO=${SWEEP_MIMO-scan/,scan-walky16/,scan-ycalc/}
   SISO_FP32=fp32-x3-c64-b32p64-w4/8,fp32-x3-c32-b32-w4/4
   SWEEP_SISO=${SWEEP_SISO-bf16-joined-c64-w4/8,$SISO_FP32}
   if [ -n "$SWEEP_MIMO" ]; then

@@ -29,6 +29,7 @@ OPT_IN = {
     "walk8": dict(scan_warps=8),
     "states16": dict(bwd_states16=True),
     "ycalc": dict(bwd_walk_y=False),  # the output kernel's backward forms y again
+    "walky16": dict(save_y16=True),  # bwd_walk_y's buffer in bf16 (for bf16 inputs)
 }
 
 
@@ -43,8 +44,9 @@ def base_configs() -> list:
 
 
 def applies(tag: str, cfg) -> bool:
-    """Whether the variant changes anything on ``cfg``: the scan forward's own switches only with the scan
-    forward; 32-row fp32 tiles only on the chunked forward's longer tiles, with rows the configuration accepts
+    """Whether the variant changes anything on ``cfg``: nothing where its fields are already set; the scan
+    forward's own switches only with the scan forward (the backward's y switches only where its states-only walk
+    runs, and that walk's y dtype only where it forms y); 32-row fp32 tiles only on the chunked forward's longer tiles, with rows the configuration accepts
     (``MimoConfig.for_dtype`` refuses the others); 16-bit dq / dk blocks only where the backward's dots are
     16-bit."""
     flags = OPT_IN[tag]
@@ -54,6 +56,8 @@ def applies(tag: str, cfg) -> bool:
         return bool(cfg.scan_fwd)
     if tag == "ycalc":
         return bool(cfg.scan_fwd and cfg.scan_states)
+    if tag == "walky16":
+        return bool(cfg.scan_fwd and cfg.scan_states and cfg.bwd_walk_y)
     if "bm_fp32" in flags:
         if cfg.scan_fwd or cfg.bm <= flags["bm_fp32"]:
             return False

@@ -111,13 +111,15 @@ def test_every_config(p, cfg, dtype):
 
 def _scan_variants():
     from mamba3.ops.mimo.configs import CONFIGS
-    from mamba3.testing.mimo_variants import with_variant
+    from mamba3.testing.mimo_variants import applies, with_variant
 
     scans = [cfg.scan_variant() for cfgs in CONFIGS.values() for cfg in cfgs if cfg.scan_fwd is None]
     # and the scan forward with the backward's chunked state passes (scan_states, scan_dstates off), and with its
-    # operands broadcast per token / rank (scan_gather off), with the walks at 8 warps (for_grid's fallback), and
-    # with the output kernel's backward forming y again instead of the states-only walk (bwd_walk_y off)
-    return scans + [with_variant(c, tag) for tag in ("chunked-passes", "bcast", "walk8", "ycalc") for c in scans]
+    # operands broadcast per token / rank (scan_gather off), with the walks at 8 warps (for_grid's fallback), with
+    # the output kernel's backward forming y again instead of the states-only walk (bwd_walk_y off), and with the
+    # walk's y in bf16 (save_y16; bf16 inputs only, the others keep fp32)
+    tags = ("chunked-passes", "bcast", "walk8", "ycalc", "walky16")
+    return scans + [with_variant(c, tag) for tag in tags for c in scans if applies(tag, c)]
 
 
 @pytest.mark.parametrize("cfg", _scan_variants(), ids=lambda c: c.name)

@@ -247,23 +247,25 @@ def test_scan_state_passes_backward(dtype, flags, scan_calls, monkeypatch):
     assert bool(calls["state_scan_bwd"]) == flags.get("scan_dstates", False)
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
-def test_bwd_walk_y(dtype, scan_calls, monkeypatch):
+@pytest.mark.parametrize("dtype,y16", [(torch.float32, False), (torch.bfloat16, False), (torch.bfloat16, True)],
+                         ids=["fp32", "bf16", "bf16-y16"])
+def test_bwd_walk_y(dtype, y16, scan_calls, monkeypatch):
     """``MimoConfig.bwd_walk_y``: the backward's states-only walk also forms y before the epilogue, as the forward
     walk did, and the output kernel's backward loads it instead of forming it again. Here the forward's P blocks are
     the walk's (no fused norm), so it is the y that ``save_y`` keeps from the forward: every error is the same number
-    as with ``save_y``, and within the bars against float64. Two P blocks, D, packed sequences of 1, 13 and 3
-    tokens, input states, GQA."""
+    as with ``save_y``, and within the bars against float64; with ``save_y16`` both store it in bf16. Two P blocks,
+    D, packed sequences of 1, 13 and 3 tokens, input states, GQA."""
     from mamba3.ops.mimo import launch
     from mamba3.ops.mimo.configs import MimoConfig
     from mamba3.testing.calls import count_calls
 
-    cfg = MimoConfig(**SCAN, scan_bp=16, scan_states=True, name="tiny-walk-y")
+    cfg = MimoConfig(**SCAN, scan_bp=16, scan_states=True, save_y16=y16, name="tiny-walk-y")
     kw = dict(bsz=1, seqlen=17, nheads=4, ngroups=2, dstate=16, headdim=24, rank=2, states=True,
               cu_seqlens=[0, 1, 14, 17])
     buffers = count_calls(monkeypatch, launch, "new_ys")["new_ys"]
     errs = _check(dtype, config=dataclasses.replace(cfg, bwd_walk_y=True), **kw)
     assert len(buffers) == 1  # the backward's, for the walk
+    assert buffers[0].dtype == (torch.bfloat16 if y16 else torch.float32)
     assert _check(dtype, config=dataclasses.replace(cfg, save_y=True), **kw) == errs
     assert len(scan_calls) == 2
 

@@ -112,7 +112,8 @@ class MimoConfig:
         output would not). H100 (forty-first session, ``bench_mimo.py --sweep``), bf16, forward+backward ms against
         fp32 y: B8 T4096 (scan) 25.13 → 25.51, B1 T32768 (chunked) 30.00 → 30.85: slower (the forward's stores
         are halved, 5.24 → 4.89 ms at B8, but the backward loses more), so off; it buys back half of ``save_y``'s
-        memory for about a tenth of its gain. Tested on every configuration (``tests/gpu/test_mimo.py``).
+        memory for about a tenth of its gain. Tested on every configuration (``tests/gpu/test_mimo.py``). It also
+        sets the dtype of ``bwd_walk_y``'s backward-only buffer (sweep variant ``-scan-walky16``, untimed).
     bwd_store_dpw: the dv kernel, which forms the weighted scores' gradient W ∘ dP of every in-chunk pair block for its
         log-decay partials, stores it ([BM, BM] per key tile, head and query tile of the chunk, for the backward's
         duration); the dq and dk kernels, launched after it, load it instead of forming it again from dy and ṽ once per

@@ -256,7 +256,8 @@ def uses_scan(L: Launch) -> bool:
 
 
 def ys_dtype(cfg: MimoConfig, dtype: torch.dtype) -> torch.dtype:
-    """The kept pre-epilogue y's dtype (``MimoConfig.save_y``): bf16 for bf16 inputs with ``save_y16``, else fp32."""
+    """The pre-epilogue y's dtype where it is stored (``MimoConfig.save_y``, ``bwd_walk_y``): bf16 for bf16 inputs
+    with ``save_y16``, else fp32."""
     return torch.bfloat16 if cfg.save_y16 and dtype == torch.bfloat16 else torch.float32
 
 
