@@ -46,9 +46,9 @@ def base_configs() -> list:
 def applies(tag: str, cfg) -> bool:
     """Whether the variant changes anything on ``cfg``: nothing where its fields are already set; the scan
     forward's own switches only with the scan forward (the backward's y switches only where its states-only walk
-    runs, and that walk's y dtype only where it forms y); 32-row fp32 tiles only on the chunked forward's longer tiles, with rows the configuration accepts
-    (``MimoConfig.for_dtype`` refuses the others); 16-bit dq / dk blocks only where the backward's dots are
-    16-bit."""
+    runs, and that walk's y dtype only where it forms y); 32-row fp32 tiles only on the chunked forward's longer
+    tiles, with rows the configuration accepts (``MimoConfig.for_dtype`` refuses the others); 16-bit dq / dk blocks
+    only where the backward's dots are 16-bit."""
     flags = OPT_IN[tag]
     if all(getattr(cfg, field) == value for field, value in flags.items()):
         return False
