@@ -381,6 +381,12 @@ def scan_ctas_per_sm(cfg: MimoConfig) -> int:
     return max(1, 65536 // (256 * 32 * cfg.scan_warps))
 
 
+def scan_walk_warps(cfg: MimoConfig) -> tuple[int, ...]:
+    """The warp counts :func:`for_grid` may run the scan's walks at, in the order it tries them: the configured
+    ``scan_warps``, then 8 (one CTA per SM)."""
+    return tuple(dict.fromkeys((cfg.scan_warps, 8)))
+
+
 def for_grid(cfg: MimoConfig, *, programs: int, sm_count: int | None, rank: int, dstate: int, sixteen_bit: bool,
              equal_lengths: bool) -> MimoConfig:
     """``cfg`` with ``scan_fwd`` decided: as set when True or False; None (the dispatcher's) gives
@@ -395,7 +401,7 @@ def for_grid(cfg: MimoConfig, *, programs: int, sm_count: int | None, rank: int,
         return cfg
     pays = sixteen_bit and rank == 4 and cfg.bm == 64 and dstate // 2 <= cfg.bk and equal_lengths and bool(sm_count)
     if pays:
-        for warps in dict.fromkeys((cfg.scan_warps, 8)):  # the configured walk, else one 8-warp CTA per SM
+        for warps in scan_walk_warps(cfg):
             walk = replace(cfg, scan_warps=warps)
             slots = sm_count * scan_ctas_per_sm(walk)
             if programs >= SCAN_MIN_FILL * -(-programs // slots) * slots:
@@ -529,13 +535,12 @@ def aot_launches(arch: int):
         saving = replace(cfg, save_y=True, name=f"{cfg.name}-savey")
         for dtype in (torch.float32, torch.bfloat16):
             launches += aot_kernel_launches(saving, headdim=p, dtype=dtype, arch=arch, kernels=("mimo_out",))
-        if cfg.scan_fwd is None:  # the scan forward with the backward's state-pass scans and stored dP blocks
-            launches += aot_kernel_launches(cfg.scan_variant(), headdim=p, dtype=torch.bfloat16, arch=arch,
-                                            kernels=("mimo_scan_out", "mimo_state_scan_bwd", "mimo_bwd"))
-            for warps in dict.fromkeys((cfg.scan_warps, 8)):  # for_grid's walks: as configured, or at 8 warps
-                if warps != cfg.scan_warps:
-                    launches += aot_kernel_launches(replace(cfg, scan_warps=warps).scan_variant(), headdim=p,
-                                                    dtype=torch.bfloat16, arch=arch, kernels=("mimo_scan_out",))
+        if cfg.scan_fwd is None:  # the scan forward at every walk for_grid may pick, with (once: they do not
+            # depend on the walk's warps) the backward's state-pass scans and stored dP blocks
+            for i, warps in enumerate(scan_walk_warps(cfg)):
+                kernels = ("mimo_scan_out", "mimo_state_scan_bwd", "mimo_bwd") if i == 0 else ("mimo_scan_out",)
+                launches += aot_kernel_launches(replace(cfg, scan_warps=warps).scan_variant(), headdim=p,
+                                                dtype=torch.bfloat16, arch=arch, kernels=kernels)
                 launches += [x for x in aot_kernel_launches(replace(saving, scan_warps=warps).scan_variant(),
                                                             headdim=p, dtype=torch.bfloat16, arch=arch,
                                                             kernels=("mimo_scan_out",))
