@@ -62,7 +62,12 @@ def sweep_variants(spec):
                  # ms, H100, 42nd session)
                  R(base, dpw16=False, name=f"{base.name}-dpw32"),
                  # the backward's state copies (S entering, dS at the end of each chunk) in fp32 (bwd_states16 off)
-                 R(base, bwd_states16=False, name=f"{base.name}-states32")]
+                 R(base, bwd_states16=False, name=f"{base.name}-states32"),
+                 # the dq / dk / dv kernels capped at 168 registers (bwd_maxnreg: three 4-warp CTAs per SM)
+                 R(base, bwd_maxnreg=168, name=f"{base.name}-reg168"),
+                 # the forward's output kernel capped at 168 registers (fwd_out_maxnreg: three CTAs per SM)
+                 R(base, fwd_out_maxnreg=168, name=f"{base.name}-outreg168"),
+                 R(base, fwd_out_maxnreg=168, bwd_maxnreg=168, name=f"{base.name}-outreg168-reg168")]
     # the scan forward (one walk per sequence, head and P block; the state in registers), forced, with the
     # backward's state passes as scans (scan_variant: scan_states and scan_dstates), one of them, or neither
     scan = chosen.scan_variant()
@@ -99,8 +104,12 @@ def sweep_variants(spec):
                  # the output kernel's backward forming y again instead of the backward's states-only walk
                  # (bwd_walk_y off: 25.37 against 24.54 ms, H100, 55th session)
                  R(scan, bwd_walk_y=False, name=f"{scan.name}-ycalc"),
-                 # that walk's y in bf16 (save_y16 without save_y: half the buffer's 1.07 GB)
-                 R(scan, save_y16=True, name=f"{scan.name}-walky16")]
+                 # that walk's y in bf16 (save_y16 without save_y: half the buffer's 1.07 GB; 24.40 against
+                 # 24.83 ms, the output kernel's backward 1.41 → 2.10, H100, 56th session)
+                 R(scan, save_y16=True, name=f"{scan.name}-walky16"),
+                 # the dq / dk / dv kernels capped at 168 / 128 registers: three / four 4-warp CTAs per SM
+                 R(scan, bwd_maxnreg=168, name=f"{scan.name}-reg168"),
+                 R(scan, bwd_maxnreg=128, name=f"{scan.name}-reg128")]
     # fp32 inputs (tf32x3 dots) on the configuration's 64-row tiles (bm_fp32 off), which spill ≈ 4 KB per thread
     # in the output kernel (AOT sm_90) where the 32-row ones (bm_fp32 = 32) spill 680 B: B8 T4096 99.31 against
     # 86.37 ms (H100, 42nd session)

@@ -208,6 +208,15 @@ class MimoConfig:
         3.4. With the flag the walk takes ≈ 3.9 ms (it stores 1.07 GB of fp32 y) and the output kernel's backward
         1.39: forward+backward 25.37 → 24.54 ms, peak memory 5.46 → 6.53 GB (the buffer). On in P = 64's
         configuration (the only one with the scan forward).
+    bwd_maxnreg: a register cap for the dq, dk and dv kernels (0: none, ptxas's choice: 255 at 4 warps, two
+        CTAs per SM). 168 lets three 4-warp CTAs share an SM and 128 four, for spills that stay in L1: the kernels
+        wait on dependent loads and barriers (AOT sm_90, bf16, P = 64: each head iteration of dq is 1839 SASS
+        instructions per warp, ≈ 8 µs on the H100, ≈ 0.12 of the issue slots), so more warps to switch between may
+        beat the spill traffic. AOT sm_90 bf16 P = 64, stack bytes per thread dq / dk / dv: 168 / 16 / 184 at 255
+        registers, 712 / 368 / 584 at 168, 944 / 568 / 1048 at 128.
+    fwd_out_maxnreg: a register cap for the chunked forward's output kernel (0: none). It runs at 189 registers
+        (AOT sm_90, bf16, P = 64; 66.5 KB of shared memory), two 4-warp CTAs per SM; at 168 it spills 40 B per
+        thread and three share an SM where the shared memory holds them (not on the 99 KB GPUs).
     """
 
     bm: int = 64
@@ -239,6 +248,8 @@ class MimoConfig:
     scan_gather: bool = True
     bwd_states16: bool = False
     bwd_walk_y: bool = False
+    bwd_maxnreg: int = 0
+    fwd_out_maxnreg: int = 0
     name: str = "default"
 
     def __post_init__(self):
@@ -409,7 +420,7 @@ def for_grid(cfg: MimoConfig, *, programs: int, sm_count: int | None, rank: int,
     return replace(cfg, scan_fwd=False)
 
 
-def output_launch_options(arch: int, bp: int, fp32_inputs: bool, y_io: int) -> dict:
+def output_launch_options(arch: int, bp: int, fp32_inputs: bool, y_io: int, cap: int = 0) -> dict:
     """Launch options of ``mimo_out_kernel`` on compute capability ``arch`` (BP ``bp``; ``y_io`` as the kernel's
     Y_IO: 0 y computed, 1 the forward stores it, 2 the epilogue backward reads it): an explicit ``maxnreg=255``
     where the ptxas of Triton 3.6 otherwise drops into its spill-everything allocation, nothing elsewhere. AOT, N =
@@ -426,10 +437,18 @@ def output_launch_options(arch: int, bp: int, fp32_inputs: bool, y_io: int) -> d
       204-206), so it goes no further.
 
     (The SISO gradient kernels' cap on sm_80 is ``siso.configs.gradient_launch_options``.) Untimed: no A100 or
-    B200 is lent; a 32-56-register allocation with 5-9.5 KB of spills per thread is what the cap removes."""
+    B200 is lent; a 32-56-register allocation with 5-9.5 KB of spills per thread is what the cap removes.
+    Elsewhere ``cap`` (the forward's ``MimoConfig.fwd_out_maxnreg``), where set."""
     collapses = ((arch == 100 and bp == 32 and fp32_inputs and y_io != 2)
                  or (arch == 80 and bp == 128 and not fp32_inputs and y_io == 2))
-    return {"maxnreg": 255} if collapses else {}
+    return {"maxnreg": 255} if collapses else {"maxnreg": cap} if cap else {}
+
+
+def gradient_launch_options(cfg: MimoConfig) -> dict:
+    """Launch options of the dq, dk and dv kernels: the configuration's warps and stages, and its register cap
+    (``MimoConfig.bwd_maxnreg``) where it sets one."""
+    return dict(num_warps=cfg.warps_bwd, num_stages=cfg.stages,
+                **({"maxnreg": cfg.bwd_maxnreg} if cfg.bwd_maxnreg else {}))
 
 
 def smem_estimates(cfg: MimoConfig, headdim: int) -> dict[str, int]:
