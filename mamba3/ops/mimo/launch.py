@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -197,6 +198,12 @@ def state_pass_bwd(L: Launch, buf, sin, dsfin, decay, out=None):
     return ds0, dcend.sum(0)
 
 
+def or_stand_in(stand_in: torch.Tensor) -> Callable:
+    """A function that passes a tensor argument through and replaces an absent one (None) by ``stand_in``: a
+    pointer of the right device that the kernel, told by its flags that the argument is absent, never reads."""
+    return lambda x: stand_in if x is None else x
+
+
 def _out_shape(L: Launch, has_out: bool):
     """(TT, H, P) with the rank contraction (φ), else the per-rank output (TT, R, H, P)."""
     return (L.TT, L.H, L.P) if has_out else (L.TT, L.R, L.H, L.P)
@@ -221,7 +228,6 @@ def out_pass(L: Launch, t, sin, bwd=False, dout=None, ys=None):
     has_out = t["phi"] is not None
     dev = v.device
     f32 = torch.float32
-    dummy = cs
     out = dy = dz = dphip = dzetap = dnwp = None
     if not bwd:
         out = torch.empty(_out_shape(L, has_out), device=dev, dtype=v.dtype)
@@ -234,7 +240,7 @@ def out_pass(L: Launch, t, sin, bwd=False, dout=None, ys=None):
             dphip = torch.empty(T.nsc, L.H, L.R, L.P, device=dev, dtype=f32)
         if t["nw"] is not None:
             dnwp = torch.empty(T.nsc, L.H, L.P, device=dev, dtype=f32)
-    d = lambda x: dummy if x is None else x  # noqa: E731
+    d = or_stand_in(cs)
     y_io = 0 if ys is None else 1 + bwd
     mimo_out_kernel[(T.nsc, L.H)](
         q, k, v, rot, cs, gam, scl, t["qb"], t["kb"], t["psi"], d(t["zeta"]), d(t["phi"]), d(t["D"]),
@@ -276,7 +282,7 @@ def scan_forward(L: Launch, t, ys=None):
     out = torch.empty(_out_shape(L, has_out), device=v.device, dtype=v.dtype)
     sfin = _final_states(L, v.device)
     bp = scan_block_p(cfg, L.P, t["norm"])
-    d = lambda x: t["cs"] if x is None else x  # noqa: E731
+    d = or_stand_in(t["cs"])
     mimo_scan_out_kernel[(triton.cdiv(L.P, bp), T.ns, L.H)](
         t["q"], t["k"], v, t["rot"], t["cs"], t["gam"], t["scl"], t["qb"], t["kb"], t["psi"], d(t["zeta"]),
         d(t["phi"]), d(t["D"]), d(t["z"]), d(t["nw"]), d(t["s0"]), out, sfin, sfin, d(ys),
@@ -309,7 +315,7 @@ def scan_states(L: Launch, t, ys=None):
     sin = torch.empty(T.nbc, L.H, L.P, 2 * L.N2, device=t["v"].device, dtype=states_dtype(cfg, t["v"].dtype))
     bp = scan_block_p(cfg, L.P, norm=False)
     cs = t["cs"]  # stands in for the pointers the states-only walk does not read
-    d = lambda x: cs if x is None else x  # noqa: E731
+    d = or_stand_in(cs)
     has_d = ys is not None and t["D"] is not None  # D·ṽ is part of y
     mimo_scan_out_kernel[(triton.cdiv(L.P, bp), T.ns, L.H)](
         t["q"], t["k"], t["v"], t["rot"], cs, t["gam"], t["scl"], t["qb"], t["kb"], t["psi"], cs, cs,
