@@ -134,6 +134,11 @@ def sweep_variants(spec):
                      for c in (named(""), named("-nodpw", bwd_store_dpw=False))]
         variants.append((named("-dpw32", dpw16=False), torch.bfloat16, p))
         variants.append((named("-states32", bwd_states16=False), torch.bfloat16, p))  # fp32 state copies
+        # the dq / dk / dv kernels (bwd_maxnreg) and, where it runs at more than 168 registers (P = 32: 248, AOT
+        # sm_90 bf16), the forward's output kernel (fwd_out_maxnreg) capped at 168: three CTAs per SM
+        variants.append((named("-reg168", bwd_maxnreg=168), torch.bfloat16, p))
+        if p == 32:
+            variants.append((named("-outreg168", fwd_out_maxnreg=168), torch.bfloat16, p))
         if cfg.bm_fp32:
             variants += [(named("-fp32bm64", bm_fp32=0, bm_bwd_fp32=0), torch.float32, p),
                          (named("-fp32bwd32", bm_bwd_fp32=0), torch.float32, p)]
