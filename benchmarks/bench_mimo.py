@@ -63,11 +63,9 @@ def sweep_variants(spec):
                  R(base, dpw16=False, name=f"{base.name}-dpw32"),
                  # the backward's state copies (S entering, dS at the end of each chunk) in fp32 (bwd_states16 off)
                  R(base, bwd_states16=False, name=f"{base.name}-states32"),
-                 # the dq / dk / dv kernels capped at 168 registers (bwd_maxnreg: three 4-warp CTAs per SM)
-                 R(base, bwd_maxnreg=168, name=f"{base.name}-reg168"),
-                 # the forward's output kernel capped at 168 registers (fwd_out_maxnreg: three CTAs per SM)
-                 R(base, fwd_out_maxnreg=168, name=f"{base.name}-outreg168"),
-                 R(base, fwd_out_maxnreg=168, bwd_maxnreg=168, name=f"{base.name}-outreg168-reg168")]
+                 # the forward's output kernel at ptxas's 189 registers (fwd_out_maxnreg off; at 168, three CTAs per
+                 # SM: 31.47 → 30.91 ms, H100, 56th session)
+                 R(base, fwd_out_maxnreg=0, name=f"{base.name}-outreg0")]
     # the scan forward (one walk per sequence, head and P block; the state in registers), forced, with the
     # backward's state passes as scans (scan_variant: scan_states and scan_dstates), one of them, or neither
     scan = chosen.scan_variant()
@@ -106,10 +104,7 @@ def sweep_variants(spec):
                  R(scan, bwd_walk_y=False, name=f"{scan.name}-ycalc"),
                  # that walk's y in bf16 (save_y16 without save_y: half the buffer's 1.07 GB; 24.40 against
                  # 24.83 ms, the output kernel's backward 1.41 → 2.10, H100, 56th session)
-                 R(scan, save_y16=True, name=f"{scan.name}-walky16"),
-                 # the dq / dk / dv kernels capped at 168 / 128 registers: three / four 4-warp CTAs per SM
-                 R(scan, bwd_maxnreg=168, name=f"{scan.name}-reg168"),
-                 R(scan, bwd_maxnreg=128, name=f"{scan.name}-reg128")]
+                 R(scan, save_y16=True, name=f"{scan.name}-walky16")]
     # fp32 inputs (tf32x3 dots) on the configuration's 64-row tiles (bm_fp32 off), which spill ≈ 4 KB per thread
     # in the output kernel (AOT sm_90) where the 32-row ones (bm_fp32 = 32) spill 680 B: B8 T4096 99.31 against
     # 86.37 ms (H100, 42nd session)
@@ -134,11 +129,11 @@ def sweep_variants(spec):
                      for c in (named(""), named("-nodpw", bwd_store_dpw=False))]
         variants.append((named("-dpw32", dpw16=False), torch.bfloat16, p))
         variants.append((named("-states32", bwd_states16=False), torch.bfloat16, p))  # fp32 state copies
-        # the dq / dk / dv kernels (bwd_maxnreg) and, where it runs at more than 168 registers (P = 32: 248, AOT
-        # sm_90 bf16), the forward's output kernel (fwd_out_maxnreg) capped at 168: three CTAs per SM
-        variants.append((named("-reg168", bwd_maxnreg=168), torch.bfloat16, p))
-        if p == 32:
-            variants.append((named("-outreg168", fwd_out_maxnreg=168), torch.bfloat16, p))
+        # the forward's output kernel capped at 168 registers where the bucket runs it without a cap (P = 128:
+        # 255 registers, 512 B of spills at 168, AOT sm_90 bf16), or at ptxas's choice where it is capped (P = 32:
+        # 248 registers; 26.94 against 26.35 ms, H100, 56th session)
+        variants.append((named("-outreg0" if cfg.fwd_out_maxnreg else "-outreg168",
+                               fwd_out_maxnreg=0 if cfg.fwd_out_maxnreg else 168), torch.bfloat16, p))
         if cfg.bm_fp32:
             variants += [(named("-fp32bm64", bm_fp32=0, bm_bwd_fp32=0), torch.float32, p),
                          (named("-fp32bwd32", bm_bwd_fp32=0), torch.float32, p)]

@@ -84,11 +84,11 @@ if has bench; then
   done
 fi
 if has sweeps; then  # defaults: the MIMO scan variant (MimoConfig.scan_variant, forced, the B8 default) against its
-  # dq / dk / dv kernels capped at 168 and 128 registers (MimoConfig.bwd_maxnreg), with per-kernel times, and the
-  # other P buckets with the caps and without; at B1 the chunked default against the same cap, the forward output
-  # kernel's (fwd_out_maxnreg) and both; SISO: the default tiles at B8 (the README's rows), bf16 and fp32, the
-  # latter on sm_90's and the other architectures' tiles
-  SWEEP_MIMO=${SWEEP_MIMO-scan/,scan-reg168/,scan-reg128/,reg168-P,w4-P16/bf,tf32-P32/bf,w4-P128/bf}
+  # backward's states-only walk storing y in bf16 (-scan-walky16), with per-kernel times, and P = 32 / 128 with and
+  # without the forward output kernel's register cap (MimoConfig.fwd_out_maxnreg); at B1 the chunked default
+  # against it without the cap; SISO: the default tiles at B8 (the README's rows), bf16 and fp32, the latter on
+  # sm_90's and the other architectures' tiles
+  SWEEP_MIMO=${SWEEP_MIMO-scan/,scan-walky16/,tf32-P32/bf,outreg0-P32/bf,w4-P128/bf,outreg168-P128/bf}
   SISO_FP32=fp32-x3-c64-b32p64-w4/8,fp32-x3-c32-b32-w4/4
   SWEEP_SISO=${SWEEP_SISO-bf16-joined-c64-w4/8,$SISO_FP32}
   if [ -n "$SWEEP_MIMO" ]; then
@@ -98,7 +98,7 @@ if has sweeps; then  # defaults: the MIMO scan variant (MimoConfig.scan_variant,
     pack
   fi
   # B1 T32768: chunked (32 scan programs)
-  SWEEP_MIMO_B1=${SWEEP_MIMO_B1-w4-st2/,w4-reg168/bf,w4-outreg168/bf,w4-outreg168-reg168/bf}
+  SWEEP_MIMO_B1=${SWEEP_MIMO_B1-w4-st2/,w4-outreg0/bf}
   if [ -n "$SWEEP_MIMO_B1" ]; then
     timeout 300 python3 benchmarks/bench_mimo.py --shapes none --sweep --sweep-kernels --sweep-batch 1 \
       --only="$SWEEP_MIMO_B1" --out "$OUT/mimo_sweep_b1.json" > "$OUT/sweep_mimo_b1.log" 2>&1 || status=1

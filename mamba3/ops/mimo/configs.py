@@ -210,15 +210,18 @@ class MimoConfig:
         3.4. With the flag the walk takes ≈ 3.9 ms (it stores 1.07 GB of fp32 y) and the output kernel's backward
         1.39: forward+backward 25.37 → 24.54 ms, peak memory 5.46 → 6.53 GB (the buffer). On in P = 64's
         configuration (the only one with the scan forward).
-    bwd_maxnreg: a register cap for the dq, dk and dv kernels (0: none, ptxas's choice: 255 at 4 warps, two
-        CTAs per SM). 168 lets three 4-warp CTAs share an SM and 128 four, for spills that stay in L1: the kernels
-        wait on dependent loads and barriers (AOT sm_90, bf16, P = 64: each head iteration of dq is 1839 SASS
-        instructions per warp, ≈ 8 µs on the H100, ≈ 0.12 of the issue slots), so more warps to switch between may
-        beat the spill traffic. AOT sm_90 bf16 P = 64, stack bytes per thread dq / dk / dv: 168 / 16 / 184 at 255
-        registers, 712 / 368 / 584 at 168, 944 / 568 / 1048 at 128.
-    fwd_out_maxnreg: a register cap for the chunked forward's output kernel (0: none). It runs at 189 registers
-        (AOT sm_90, bf16, P = 64; 66.5 KB of shared memory), two 4-warp CTAs per SM; at 168 it spills 40 B per
-        thread and three share an SM where the shared memory holds them (not on the 99 KB GPUs).
+    fwd_out_maxnreg: a register cap for the chunked forward's output kernel with 16-bit inputs on sm_90 (0: none;
+        ``output_launch_options``). It runs at 189 / 248 registers at P = 64 / 32 (AOT sm_90, bf16; 66.5 KB of
+        shared memory), two 4-warp CTAs per SM; at 168 it spills 40 / 72 B per thread and three CTAs share an SM.
+        H100 (fifty-sixth session), bf16, forward / forward+backward ms without → with the cap: P = 64 B1 T32768
+        6.64 / 31.47 → 6.03 / 30.91 (the output kernel's forward and backward 9.24 → 8.65), P = 32 B8 T4096 5.65 /
+        26.94 → 5.07 / 26.35; the errors against float64 the same numbers. Set in those two buckets' first
+        configurations (at P = 16 the kernel already runs at 168, at P = 128 it spills 512 B at 168: not timed).
+        Other architectures keep ptxas's choice: a 99 KB GPU holds one such CTA per SM and sm_80 two, so the cap
+        would only add spills there, and sm_100 was not timed. The same cap on the dq, dk and dv kernels (three CTAs
+        per SM; AOT sm_90 bf16 P = 64 spills 712 / 368 / 584 B at 168) was timed and removed: P = 64 B8 24.42 →
+        30.58 ms (dq / dk 7.91 → 12.63), at 128 registers 37.24; P = 16 / 32 / 128 23.99 / 26.94 / 78.03 → 25.44 /
+        30.65 / 90.83; B1 31.47 → 37.33.
     """
 
     bm: int = 64
@@ -250,7 +253,6 @@ class MimoConfig:
     scan_gather: bool = True
     bwd_states16: bool = False
     bwd_walk_y: bool = False
-    bwd_maxnreg: int = 0
     fwd_out_maxnreg: int = 0
     name: str = "default"
 
@@ -327,8 +329,10 @@ CONFIGS = {
     # 8 warps with 16-bit forward dots 7.79 / 46.0 ms, 4 warps with tf32 ones 5.36 / 28.2.
     # fp32 inputs keep the 64-row tiles here: H100 (forty-third session), B8 T4096, forward+backward 50.63 ms against
     # 70.41 on 32-row tiles (``bm_fp32``) and 86.10 with a 16-row backward besides, though AOT predicted fewer spills.
+    # The forward's output kernel capped at 168 registers on sm_90 (``fwd_out_maxnreg``): H100, B8 T4096 5.65 /
+    # 26.94 → 5.07 / 26.35 ms.
     32: (MimoConfig(warps=4, state_warps=4, warps_bwd=4, fwd_dots16=False, bwd_store_dpw=True, dpw16=True,
-                    bwd_states16=True, name="bm64-w4-tf32"),),
+                    bwd_states16=True, fwd_out_maxnreg=168, name="bm64-w4-tf32"),),
     # P = 64 at 4 warps (two 4-warp CTAs per SM instead of one 8-warp CTA; 255 registers, ≤ 172 B spills on
     # sm_90): H200, bf16, B=8, T=4096: forward / forward+backward 9.22 / 56.6 ms at 8 warps, 6.08 / 35.0 ms.
     # The forward as the scan (``scan_fwd``) where the grid fills the GPU (``for_grid``); for 16-bit inputs the
@@ -339,10 +343,11 @@ CONFIGS = {
     # and the backward's state copies in bf16 (``bwd_states16``): H100 (fifty-fifth session), bf16, B8 T4096,
     # forward / forward+backward 4.83 / 28.37 ms at 8 warps with fp32 copies, 3.93 / 26.96 at 4 warps, 3.95 / 25.23
     # with both (peak memory 7.61 → 5.46 GB); the backward's states-only walk forming y for the output kernel's
-    # backward (``bwd_walk_y``) 25.37 → 24.54 (peak 6.53 GB).
+    # backward (``bwd_walk_y``) 25.37 → 24.54 (peak 6.53 GB). The chunked forward's output kernel capped at 168
+    # registers on sm_90 (``fwd_out_maxnreg``): H100 (fifty-sixth session), B1 T32768 6.64 / 31.47 → 6.03 / 30.91.
     64: (MimoConfig(warps=4, state_warps=4, warps_bwd=4, bwd_dots16=True, bk_bwd16=64, bwd_store_dpw=True,
                     dpw16=True, bm_fp32=32, scan_fwd=None, scan_bp=64, scan_warps=4, bwd_states16=True,
-                    bwd_walk_y=True, name="bm64-w4"),
+                    bwd_walk_y=True, fwd_out_maxnreg=168, name="bm64-w4"),
          MimoConfig(bm_bwd=32, warps_bwd=4, name="bm64-bwd32")),
     # P = 128 at 64 rows: with 16-bit forward dots the output kernel returned wrong values on the H200 (Triton 3.6:
     # output error 0.21 against float64, bf16, N = 64; every gradient right; the interpreter runs it exactly), so
@@ -440,17 +445,12 @@ def output_launch_options(arch: int, bp: int, fp32_inputs: bool, y_io: int, cap:
 
     (The SISO gradient kernels' cap on sm_80 is ``siso.configs.gradient_launch_options``.) Untimed: no A100 or
     B200 is lent; a 32-56-register allocation with 5-9.5 KB of spills per thread is what the cap removes.
-    Elsewhere ``cap`` (the forward's ``MimoConfig.fwd_out_maxnreg``), where set."""
+    ``cap``: the forward's ``MimoConfig.fwd_out_maxnreg``, applied on sm_90 with 16-bit inputs only (timed there)."""
     collapses = ((arch == 100 and bp == 32 and fp32_inputs and y_io != 2)
                  or (arch == 80 and bp == 128 and not fp32_inputs and y_io == 2))
-    return {"maxnreg": 255} if collapses else {"maxnreg": cap} if cap else {}
-
-
-def gradient_launch_options(cfg: MimoConfig) -> dict:
-    """Launch options of the dq, dk and dv kernels: the configuration's warps and stages, and its register cap
-    (``MimoConfig.bwd_maxnreg``) where it sets one."""
-    return dict(num_warps=cfg.warps_bwd, num_stages=cfg.stages,
-                **({"maxnreg": cfg.bwd_maxnreg} if cfg.bwd_maxnreg else {}))
+    if collapses:
+        return {"maxnreg": 255}
+    return {"maxnreg": cap} if cap and arch == 90 and not fp32_inputs else {}
 
 
 def smem_estimates(cfg: MimoConfig, headdim: int) -> dict[str, int]:

@@ -10,7 +10,7 @@ import triton
 
 from ..common.state_passing import state_passing
 from .bwd import mimo_bwd_dqk_kernel, mimo_bwd_dv_kernel, mimo_state_bwd_kernel, mimo_state_scan_bwd_kernel
-from .configs import MimoConfig, block_p, gradient_launch_options, output_launch_options, scan_block_p
+from .configs import MimoConfig, block_p, output_launch_options, scan_block_p
 from .fwd import mimo_chunk_state_kernel, mimo_out_kernel, mimo_scan_out_kernel
 
 # Elements of the (P·N) state per program of the state-passing kernels, which walk a sequence's state chunks in
@@ -407,13 +407,14 @@ def backward(L: Launch, t, sin, dout, dsfin, ys=None):
         dv, dpsip, ddp, dscl, dgam, dcv, dpw,
         TB.sc_start, TB.sc_end, TB.sc_bc, TB.bc_start, TB.bc_end, L.TT, L.H, L.HG, L.G, L.N2, L.A, L.P, nsl,
         R=L.R, BM=cfg.bm_bwd, BK=cfg.dv_block, BP=L.BP, HAS_D=t["D"] is not None, ONE_K=L.N2 <= cfg.dv_block,
-        DOT_PREC=L.bwd_prec, STORE_DPW=cfg.bwd_store_dpw, **gradient_launch_options(cfg))
+        DOT_PREC=L.bwd_prec, STORE_DPW=cfg.bwd_store_dpw, num_warps=cfg.warps_bwd, num_stages=cfg.stages)
     for is_k, dx, dxbp in ((False, dq, dqbp), (True, dk, dkbp)):
         mimo_bwd_dqk_kernel[(nkb, TB.nsc, L.G)](
             q, k, v, rot, cs, gam, scl, t["qb"], t["kb"], t["psi"], dy, sin, dsend, dpw, dx, dth, dcp, dxbp,
             TB.sc_start, TB.sc_end, TB.sc_bc, TB.bc_start, TB.bc_end, L.TT, L.H, L.HG, L.G, L.N2, L.A, L.P, nsl,
             R=L.R, BM=cfg.bm_bwd, BK=cfg.bk_bwd, BP=L.BP, IS_K=is_k,
-            DOT_PREC=dqk_prec, LOAD_DPW=cfg.bwd_store_dpw, **gradient_launch_options(cfg))
+            DOT_PREC=dqk_prec, LOAD_DPW=cfg.bwd_store_dpw,
+            num_warps=cfg.warps_bwd, num_stages=cfg.stages)
     dcs = dcp.sum(0) + dcv.sum(0)
     dcs.index_add_(1, (T.bc_end - 1).long(), dcend)
     return dict(q=dq, k=dk, v=dv, theta=dth[..., :L.A], cs=dcs, gam=dgam, scl=dscl, qb=dqbp.sum(0), kb=dkbp.sum(0),
@@ -486,7 +487,7 @@ def aot_kernel_launches(cfg: MimoConfig, headdim: int, dtype, arch: int, dstate:
             (f, q, f, f, f, sin, f, dsend, f, f, i32(16), i32(16), i32(16), 64, NBC, TT, H, H // G, G, N2, A, P),
             dict(R=R, BM=cfg.bm, BP=bps, BK=cfg.bk, HAS_DSFIN=True, DOT_PREC=prec, num_warps=cfg.state_warps,
                  num_stages=cfg.stages)))
-    bwd_w = gradient_launch_options(cfg)
+    bwd_w = dict(num_warps=cfg.warps_bwd, num_stages=cfg.stages)
     dqk_prec = dqk_precision(cfg, prec, bwd_prec)
     dpw = e(16, dt=dpw_dtype(cfg, dqk_prec, dtype)) if cfg.bwd_store_dpw else f
     for is_k in (False, True):
