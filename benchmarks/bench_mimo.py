@@ -130,10 +130,18 @@ def sweep_variants(spec):
         variants.append((named("-dpw32", dpw16=False), torch.bfloat16, p))
         variants.append((named("-states32", bwd_states16=False), torch.bfloat16, p))  # fp32 state copies
         # the forward's output kernel capped at 168 registers where the bucket runs it without a cap (P = 128:
-        # 255 registers, 512 B of spills at 168, AOT sm_90 bf16), or at ptxas's choice where it is capped (P = 32:
-        # 248 registers; 26.94 against 26.35 ms, H100, 56th session)
-        variants.append((named("-outreg0" if cfg.fwd_out_maxnreg else "-outreg168",
-                               fwd_out_maxnreg=0 if cfg.fwd_out_maxnreg else 168), torch.bfloat16, p))
+        # 255 registers, 512 B of spills at 168, AOT sm_90 bf16; P = 16's runs at 168 anyway), or at ptxas's
+        # choice where it is capped (P = 32: 248 registers; 26.94 against 26.35 ms, H100, 56th session)
+        if p != 16:
+            variants.append((named("-outreg0" if cfg.fwd_out_maxnreg else "-outreg168",
+                                   fwd_out_maxnreg=0 if cfg.fwd_out_maxnreg else 168), torch.bfloat16, p))
+        # the prepared caps (MimoConfig.bwd_out_maxnreg / state_maxnreg / fwd_out_maxnreg at P = 16, where the
+        # forward's output kernel runs at 168): a CTA more per SM for ≤ 88 B of spills each (AOT sm_90 bf16)
+        caps = {16: dict(statereg96=dict(state_maxnreg=96), boutreg168=dict(bwd_out_maxnreg=168),
+                         outreg128=dict(fwd_out_maxnreg=128)),
+                32: dict(statereg168=dict(state_maxnreg=168), boutreg168=dict(bwd_out_maxnreg=168)),
+                128: dict(statereg168=dict(state_maxnreg=168))}[p]
+        variants += [(named(f"-{tag}", **flags), torch.bfloat16, p) for tag, flags in caps.items()]
         if cfg.bm_fp32:
             variants += [(named("-fp32bm64", bm_fp32=0, bm_bwd_fp32=0), torch.float32, p),
                          (named("-fp32bwd32", bm_bwd_fp32=0), torch.float32, p)]

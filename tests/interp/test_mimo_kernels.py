@@ -385,17 +385,20 @@ def test_fp32_tile_rows(dtype, fwd_rows, bwd_rows):
 
 
 
-def test_output_register_cap_is_a_launch_option():
-    """``MimoConfig.fwd_out_maxnreg`` only caps the registers of the forward's output kernel (on sm_90, 16-bit
-    inputs): the kernels and their results are those without it (the interpreter takes the option and has no
-    registers to cap)."""
-    from mamba3.ops.mimo.configs import CONFIGS, output_launch_options
+
+def test_register_caps_are_launch_options():
+    """``MimoConfig.fwd_out_maxnreg`` / ``bwd_out_maxnreg`` / ``state_maxnreg`` only cap the registers of the output
+    kernel's forward / backward / the chunk-state kernel (on sm_90, 16-bit inputs): the kernels and their results
+    are those without them (the interpreter takes the option and has no registers to cap)."""
+    from mamba3.ops.mimo.configs import CONFIGS, output_launch_options, register_cap
 
     cfg = dataclasses.replace(CONFIGS[16][0], fwd_out_maxnreg=0, name="tiny")
-    capped = dataclasses.replace(cfg, fwd_out_maxnreg=160)
-    assert output_launch_options(90, 16, False, 0, capped.fwd_out_maxnreg) == {"maxnreg": 160}
-    assert output_launch_options(90, 16, True, 0, 160) == {}  # fp32 inputs: not timed with it
-    assert output_launch_options(86, 16, False, 0, 160) == {}  # one or two CTAs per SM there: the cap only spills
+    capped = dataclasses.replace(cfg, fwd_out_maxnreg=160, bwd_out_maxnreg=168, state_maxnreg=96)
+    assert (capped.output_maxnreg(False), capped.output_maxnreg(True)) == (160, 168)
+    assert output_launch_options(90, 16, False, 0, capped.output_maxnreg(False)) == {"maxnreg": 160}
+    assert register_cap(90, False, capped.state_maxnreg) == {"maxnreg": 96}
+    assert register_cap(90, True, 96) == {}  # fp32 inputs: not timed with it
+    assert register_cap(86, False, 96) == {}  # fewer CTAs per SM there: the cap only spills
     assert output_launch_options(100, 32, True, 0, 160) == {"maxnreg": 255}  # the collapse's cap stays
     kw = dict(bsz=1, seqlen=17, states=True, **SMALL)
     assert _check(torch.bfloat16, config=capped, **kw) == _check(torch.bfloat16, config=cfg, **kw)

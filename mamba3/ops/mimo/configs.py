@@ -222,6 +222,12 @@ class MimoConfig:
         per SM; AOT sm_90 bf16 P = 64 spills 712 / 368 / 584 B at 168) was timed and removed: P = 64 B8 24.42 →
         30.58 ms (dq / dk 7.91 → 12.63), at 128 registers 37.24; P = 16 / 32 / 128 23.99 / 26.94 / 78.03 → 25.44 /
         30.65 / 90.83; B1 31.47 → 37.33.
+    bwd_out_maxnreg / state_maxnreg: the same kind of cap (sm_90, 16-bit inputs) for the output kernel's backward /
+        the chunk-state kernel (both modes), off in every configuration: prepared where AOT sm_90 (bf16, N = 128)
+        shows a CTA more per SM for few spills, not timed. Registers → cap: stack bytes per thread: P = 16 output
+        kernel backward 204 → 168: 24 B, chunk states 122 / 125 → 96: 48 / 56 B (five CTAs instead of four); P = 32
+        output kernel backward 246 → 168: 88 B, chunk states 230 / 243 → 168: 24 / 64 B; P = 128 chunk states 228 /
+        179 → 168: none. (P = 64's chunk states spill 440 / 344 B at 168, its output kernel's backward 1112 B.)
     """
 
     bm: int = 64
@@ -254,6 +260,8 @@ class MimoConfig:
     bwd_states16: bool = False
     bwd_walk_y: bool = False
     fwd_out_maxnreg: int = 0
+    bwd_out_maxnreg: int = 0
+    state_maxnreg: int = 0
     name: str = "default"
 
     def __post_init__(self):
@@ -286,6 +294,10 @@ class MimoConfig:
         if dtype != torch.float32 and self.bwd_dots16 and self.bk_bwd16:
             return replace(self, **{"bk_bwd" if self.bwd16_dqk else "bk_dv": self.bk_bwd16})
         return self
+
+    def output_maxnreg(self, bwd: bool) -> int:
+        """The output kernel's register cap (0: none) in the forward or its backward."""
+        return self.bwd_out_maxnreg if bwd else self.fwd_out_maxnreg
 
     @property
     def dv_block(self) -> int:
@@ -445,11 +457,15 @@ def output_launch_options(arch: int, bp: int, fp32_inputs: bool, y_io: int, cap:
 
     (The SISO gradient kernels' cap on sm_80 is ``siso.configs.gradient_launch_options``.) Untimed: no A100 or
     B200 is lent; a 32-56-register allocation with 5-9.5 KB of spills per thread is what the cap removes.
-    ``cap``: the forward's ``MimoConfig.fwd_out_maxnreg``, applied on sm_90 with 16-bit inputs only (timed there)."""
+    Elsewhere ``register_cap``'s ``cap`` (``MimoConfig.output_maxnreg``)."""
     collapses = ((arch == 100 and bp == 32 and fp32_inputs and y_io != 2)
                  or (arch == 80 and bp == 128 and not fp32_inputs and y_io == 2))
-    if collapses:
-        return {"maxnreg": 255}
+    return {"maxnreg": 255} if collapses else register_cap(arch, fp32_inputs, cap)
+
+
+def register_cap(arch: int, fp32_inputs: bool, cap: int) -> dict:
+    """A configuration's register cap (``MimoConfig.fwd_out_maxnreg``, ``bwd_out_maxnreg``, ``state_maxnreg``) as a
+    launch option where it applies: sm_90 with 16-bit inputs, where the caps were chosen and timed."""
     return {"maxnreg": cap} if cap and arch == 90 and not fp32_inputs else {}
 
 
