@@ -384,8 +384,6 @@ def test_fp32_tile_rows(dtype, fwd_rows, bwd_rows):
     assert _check(dtype, chunk_size=16, config=cfg, **kw) == _check(dtype, chunk_size=16, config=same, **kw)
 
 
-
-
 def test_register_caps_are_launch_options():
     """``MimoConfig.fwd_out_maxnreg`` / ``bwd_out_maxnreg`` / ``state_maxnreg`` only cap the registers of the output
     kernel's forward / backward / the chunk-state kernel (on sm_90, 16-bit inputs): the kernels and their results
