@@ -129,19 +129,18 @@ def sweep_variants(spec):
                      for c in (named(""), named("-nodpw", bwd_store_dpw=False))]
         variants.append((named("-dpw32", dpw16=False), torch.bfloat16, p))
         variants.append((named("-states32", bwd_states16=False), torch.bfloat16, p))  # fp32 state copies
-        # the forward's output kernel capped at 168 registers where the bucket runs it without a cap (P = 128:
-        # 255 registers, 512 B of spills at 168, AOT sm_90 bf16; P = 16's runs at 168 anyway), or at ptxas's
-        # choice where it is capped (P = 32: 248 registers; 26.94 against 26.35 ms, H100, 56th session)
-        if p != 16:
-            variants.append((named("-outreg0" if cfg.fwd_out_maxnreg else "-outreg168",
-                                   fwd_out_maxnreg=0 if cfg.fwd_out_maxnreg else 168), torch.bfloat16, p))
-        # the prepared caps (MimoConfig.bwd_out_maxnreg / state_maxnreg / fwd_out_maxnreg at P = 16, where the
-        # forward's output kernel runs at 168): a CTA more per SM for ≤ 88 B of spills each (AOT sm_90 bf16)
-        caps = {16: dict(statereg96=dict(state_maxnreg=96), boutreg168=dict(bwd_out_maxnreg=168),
-                         outreg128=dict(fwd_out_maxnreg=128)),
-                32: dict(statereg168=dict(state_maxnreg=168), boutreg168=dict(bwd_out_maxnreg=168)),
-                128: dict(statereg168=dict(state_maxnreg=168))}[p]
-        variants += [(named(f"-{tag}", **flags), torch.bfloat16, p) for tag, flags in caps.items()]
+        # the register caps (MimoConfig.fwd_out_maxnreg "out", bwd_out_maxnreg "bout", state_maxnreg "state"):
+        # each candidate added where the bucket runs without it (-<tag>reg<cap>), removed where it runs with it
+        # (-<tag>reg0). H100, B8 T4096, forward+backward ms without → with (56th / 57th sessions): P = 16 out 128
+        # 23.96 → 23.53, bout 168 → 22.98, state 96 → 23.96 (not set); P = 32 out 168 26.94 → 26.35, bout 168 26.43
+        # → 25.81, state 168 → 25.88; P = 128 out 168 77.71 → 78.40 (not set; 512 B of spills), state 168 → 75.45
+        caps = {16: dict(out=128, bout=168, state=96), 32: dict(out=168, bout=168, state=168),
+                128: dict(out=168, state=168)}[p]
+        fields = dict(out="fwd_out_maxnreg", bout="bwd_out_maxnreg", state="state_maxnreg")
+        for tag, cap in caps.items():
+            on = getattr(cfg, fields[tag])
+            variants.append((named(f"-{tag}reg{0 if on else cap}", **{fields[tag]: 0 if on else cap}),
+                             torch.bfloat16, p))
         if cfg.bm_fp32:
             variants += [(named("-fp32bm64", bm_fp32=0, bm_bwd_fp32=0), torch.float32, p),
                          (named("-fp32bwd32", bm_bwd_fp32=0), torch.float32, p)]

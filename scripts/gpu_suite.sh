@@ -83,12 +83,12 @@ if has bench; then
     pack
   done
 fi
-if has sweeps; then  # defaults: the MIMO scan variant (MimoConfig.scan_variant, forced, the B8 default) against its
-  # backward's states-only walk storing y in bf16 (-scan-walky16), with per-kernel times, and P = 16 / 32 / 128
-  # against their register-cap variants (MimoConfig.fwd_out_maxnreg, bwd_out_maxnreg, state_maxnreg); at B1 the
-  # chunked default against it without the forward output kernel's cap; SISO: the default tiles at B8 (the README's
-  # rows), bf16 and fp32, the latter on sm_90's and the other architectures' tiles
-  SWEEP_MIMO=${SWEEP_MIMO-scan/,scan-walky16/,w4-P16/bf,tf32-P32/bf,w4-P128/bf,reg0-P,reg168-P,reg96-P,reg128-P}
+if has sweeps; then  # defaults: the MIMO scan variant (MimoConfig.scan_variant, forced, the B8 default), with
+  # per-kernel times, and P = 16 / 32 / 128 against each of their register caps removed (MimoConfig.fwd_out_maxnreg,
+  # bwd_out_maxnreg, state_maxnreg: -<tag>reg0-P<p>); at B1 the chunked default against it without the forward
+  # output kernel's cap; SISO: the default tiles at B8 (the README's rows), bf16 and fp32, the latter on sm_90's and
+  # the other architectures' tiles
+  SWEEP_MIMO=${SWEEP_MIMO-scan/,w4-P16/bf,tf32-P32/bf,w4-P128/bf,reg0-P}
   SISO_FP32=fp32-x3-c64-b32p64-w4/8,fp32-x3-c32-b32-w4/4
   SWEEP_SISO=${SWEEP_SISO-bf16-joined-c64-w4/8,$SISO_FP32}
   if [ -n "$SWEEP_MIMO" ]; then

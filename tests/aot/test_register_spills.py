@@ -15,12 +15,12 @@ spills the rest. Seen so far, registers / spill-store bytes / stack frame per th
   epilogue backward reading a saved y, 32 / 5676 / 3920 B; fixed by the same cap there
   (``mamba3.ops.mimo.configs.output_launch_options``).
 Every kernel guarded here that has a stack frame at all has 255 registers (of all SISO's launches, one non-default
-one has a frame with fewer: 128 registers, 8 B, on sm_120; MIMO's forward output kernel on sm_90 is capped at 168
-registers at P = 32 and 64, ``MimoConfig.fwd_out_maxnreg``: 72 and 40 B), and the largest frame is 3048 B (sm_90,
-the fp32 bwd_dv at N = 16, P = 128). So a kernel fails if it has a frame of 1 KB or more with fewer than 128 registers (the
-collapse, whose frame alone is not larger than ordinary pressure at the cap), or a frame over 4 KB at any register
-count (a collapse at the cap). Explicit non-default chunks are not covered (chunk 64 on the fp32 path off sm_90 is
-the caller's choice).
+one has a frame with fewer: 128 registers, 8 B, on sm_120; on sm_90 some MIMO kernels are capped at 128 or 168
+registers, ``MimoConfig.fwd_out_maxnreg`` / ``bwd_out_maxnreg`` / ``state_maxnreg``, with frames of 0-88 B at
+N = 128), and the largest frame is 3048 B (sm_90, the fp32 bwd_dv at N = 16, P = 128). So a kernel fails if it has a
+frame of 1 KB or more with fewer than 128 registers (the collapse, whose frame alone is not larger than ordinary
+pressure at the cap), or a frame over 4 KB at any register count (a collapse at the cap). Explicit non-default
+chunks are not covered (chunk 64 on the fp32 path off sm_90 is the caller's choice).
 """
 
 import os

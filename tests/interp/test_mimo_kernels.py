@@ -390,10 +390,11 @@ def test_register_caps_are_launch_options():
     are those without them (the interpreter takes the option and has no registers to cap)."""
     from mamba3.ops.mimo.configs import CONFIGS, output_launch_options, register_cap
 
-    cfg = dataclasses.replace(CONFIGS[16][0], fwd_out_maxnreg=0, name="tiny")
+    cfg = dataclasses.replace(CONFIGS[16][0], fwd_out_maxnreg=0, bwd_out_maxnreg=0, state_maxnreg=0, name="tiny")
     capped = dataclasses.replace(cfg, fwd_out_maxnreg=160, bwd_out_maxnreg=168, state_maxnreg=96)
-    assert (capped.output_maxnreg(False), capped.output_maxnreg(True)) == (160, 168)
-    assert output_launch_options(90, 16, False, 0, capped.output_maxnreg(False)) == {"maxnreg": 160}
+    assert (capped.output_maxnreg(False, 64), capped.output_maxnreg(True, 64)) == (160, 168)
+    assert (capped.output_maxnreg(False, 128), capped.output_maxnreg(True, 128)) == (0, 0)  # N = 256: N blocks
+    assert output_launch_options(90, 16, False, 0, capped.output_maxnreg(False, 64)) == {"maxnreg": 160}
     assert register_cap(90, False, capped.state_maxnreg) == {"maxnreg": 96}
     assert register_cap(90, True, 96) == {}  # fp32 inputs: not timed with it
     assert register_cap(86, False, 96) == {}  # fewer CTAs per SM there: the cap only spills

@@ -211,23 +211,30 @@ class MimoConfig:
         1.39: forward+backward 25.37 → 24.54 ms, peak memory 5.46 → 6.53 GB (the buffer). On in P = 64's
         configuration (the only one with the scan forward).
     fwd_out_maxnreg: a register cap for the chunked forward's output kernel with 16-bit inputs on sm_90 (0: none;
-        ``output_launch_options``). It runs at 189 / 248 registers at P = 64 / 32 (AOT sm_90, bf16; 66.5 KB of
-        shared memory), two 4-warp CTAs per SM; at 168 it spills 40 / 72 B per thread and three CTAs share an SM.
+        ``output_launch_options``; only where N fits one block, ``output_maxnreg``). It runs at 189 / 248
+        registers at P = 64 / 32 (AOT sm_90, bf16, N = 128; 66.5 KB of shared memory), two 4-warp CTAs per SM; at
+        168 it spills 40 / 72 B per thread and three CTAs share an SM.
         H100 (fifty-sixth session), bf16, forward / forward+backward ms without → with the cap: P = 64 B1 T32768
         6.64 / 31.47 → 6.03 / 30.91 (the output kernel's forward and backward 9.24 → 8.65), P = 32 B8 T4096 5.65 /
         26.94 → 5.07 / 26.35; the errors against float64 the same numbers. Set in those two buckets' first
-        configurations (at P = 16 the kernel already runs at 168, at P = 128 it spills 512 B at 168: not timed).
+        configurations, and at 128 in P = 16's (where ptxas gives it 168 anyway; no spills at 128: 4.81 / 23.96 →
+        4.40 / 23.53, fifty-seventh session). At P = 128 it spills 512 B at 168 and was slower: 13.66 / 77.71 →
+        14.21 / 78.40.
         Other architectures keep ptxas's choice: a 99 KB GPU holds one such CTA per SM and sm_80 two, so the cap
         would only add spills there, and sm_100 was not timed. The same cap on the dq, dk and dv kernels (three CTAs
         per SM; AOT sm_90 bf16 P = 64 spills 712 / 368 / 584 B at 168) was timed and removed: P = 64 B8 24.42 →
         30.58 ms (dq / dk 7.91 → 12.63), at 128 registers 37.24; P = 16 / 32 / 128 23.99 / 26.94 / 78.03 → 25.44 /
         30.65 / 90.83; B1 31.47 → 37.33.
     bwd_out_maxnreg / state_maxnreg: the same kind of cap (sm_90, 16-bit inputs) for the output kernel's backward /
-        the chunk-state kernel (both modes), off in every configuration: prepared where AOT sm_90 (bf16, N = 128)
-        shows a CTA more per SM for few spills, not timed. Registers → cap: stack bytes per thread: P = 16 output
-        kernel backward 204 → 168: 24 B, chunk states 122 / 125 → 96: 48 / 56 B (five CTAs instead of four); P = 32
-        output kernel backward 246 → 168: 88 B, chunk states 230 / 243 → 168: 24 / 64 B; P = 128 chunk states 228 /
-        179 → 168: none. (P = 64's chunk states spill 440 / 344 B at 168, its output kernel's backward 1112 B.)
+        the chunk-state kernel (both modes), chosen where AOT sm_90 (bf16, N = 128) shows a CTA more per SM for few
+        spills. Registers → cap: stack bytes per thread: P = 16 output kernel backward 204 → 168: 24 B, chunk states
+        122 / 125 → 96: 48 / 56 B (five CTAs instead of four); P = 32 output kernel backward 246 → 168: 88 B, chunk
+        states 230 / 243 → 168: 24 / 64 B; P = 128 chunk states 228 / 179 → 168: none. (P = 64's chunk states spill
+        440 / 344 B at 168, its output kernel's backward 1112 B: not candidates.) H100 (fifty-seventh session),
+        bf16, B8 T4096, forward / forward+backward ms without → with each: P = 16 output backward 23.96 → 22.98
+        (that kernel's forward and backward 7.62 → 6.64), chunk states at 96 23.96 → 23.96 (not set); P = 32 output
+        backward 26.43 → 25.81, chunk states 5.05 / 26.43 → 4.84 / 25.88; P = 128 chunk states 13.66 / 77.71 →
+        12.75 / 75.45 (that kernel 11.36 → 9.06). Set where they won.
     """
 
     bm: int = 64
@@ -295,8 +302,12 @@ class MimoConfig:
             return replace(self, **{"bk_bwd" if self.bwd16_dqk else "bk_dv": self.bk_bwd16})
         return self
 
-    def output_maxnreg(self, bwd: bool) -> int:
-        """The output kernel's register cap (0: none) in the forward or its backward."""
+    def output_maxnreg(self, bwd: bool, pairs: int) -> int:
+        """The output kernel's register cap (0: none) in the forward or its backward, for N = 2·``pairs``: only where
+        the kernel takes N in one block (pairs ≤ bk; the caps were timed at N = 128). Over its loop of N blocks (N =
+        256) the same caps spill 504-960 B per thread (AOT sm_90, bf16, P = 32 / 64; 0-88 B at N = 128), untimed."""
+        if pairs > self.bk:
+            return 0
         return self.bwd_out_maxnreg if bwd else self.fwd_out_maxnreg
 
     @property
@@ -334,8 +345,13 @@ CONFIGS = {
     # (``bwd_states16``); H100 (fifty-fifth session), bf16, forward+backward ms off → on: B8 T4096 P = 16 24.63 →
     # 23.99, P = 32 27.62 → 27.05, P = 128 81.64 → 77.99; P = 64 (the chunked forward) B1 T32768 32.79 → 31.57, (the
     # scan) B8 T4096 26.96 → 25.23. The buckets' second configurations (other architectures') were not timed.
+    # Register caps on sm_90 with 16-bit inputs (``fwd_out_maxnreg``, ``bwd_out_maxnreg``, ``state_maxnreg``): H100
+    # (fifty-seventh session), bf16, B8 T4096, forward / forward+backward ms without → with each cap alone: P = 16
+    # the output kernel at 128 in the forward 4.81 / 23.96 → 4.40 / 23.53, at 168 in its backward → 4.82 / 22.98;
+    # P = 32 the chunk states at 168 5.05 / 26.43 → 4.84 / 25.88, the output kernel's backward at 168 → 5.06 / 25.81;
+    # P = 128 the chunk states at 168 13.66 / 77.71 → 12.75 / 75.45. The same error numbers against float64.
     16: (MimoConfig(bm=32, warps=4, state_warps=4, warps_bwd=4, bwd_store_dpw=True, dpw16=True, bwd_states16=True,
-                    name="bm32-w4"),),
+                    fwd_out_maxnreg=128, bwd_out_maxnreg=168, name="bm32-w4"),),
     # P = 32: at 4 warps with 16-bit forward dots the output kernel returned wrong outputs and faulted on the H200
     # (Triton 3.6; the interpreter runs it exactly), so its forward dots stay tf32. H200, bf16, B=8, T=4096, P=32:
     # 8 warps with 16-bit forward dots 7.79 / 46.0 ms, 4 warps with tf32 ones 5.36 / 28.2.
@@ -344,7 +360,8 @@ CONFIGS = {
     # The forward's output kernel capped at 168 registers on sm_90 (``fwd_out_maxnreg``): H100, B8 T4096 5.65 /
     # 26.94 → 5.07 / 26.35 ms.
     32: (MimoConfig(warps=4, state_warps=4, warps_bwd=4, fwd_dots16=False, bwd_store_dpw=True, dpw16=True,
-                    bwd_states16=True, fwd_out_maxnreg=168, name="bm64-w4-tf32"),),
+                    bwd_states16=True, fwd_out_maxnreg=168, bwd_out_maxnreg=168, state_maxnreg=168,
+                    name="bm64-w4-tf32"),),
     # P = 64 at 4 warps (two 4-warp CTAs per SM instead of one 8-warp CTA; 255 registers, ≤ 172 B spills on
     # sm_90): H200, bf16, B=8, T=4096: forward / forward+backward 9.22 / 56.6 ms at 8 warps, 6.08 / 35.0 ms.
     # The forward as the scan (``scan_fwd``) where the grid fills the GPU (``for_grid``); for 16-bit inputs the
@@ -369,7 +386,8 @@ CONFIGS = {
     # spills 2568 / 2268 / 3548 → 176 / 72 / 628 B, AOT sm_90): H100 (forty-third session), B8 T4096,
     # forward+backward 228.12 ms → 217.07 on 32-row tiles → 141.97 with the 16-row backward.
     128: (MimoConfig(bk=32, bm_bwd=32, warps=4, state_warps=4, warps_bwd=4, fwd_dots16=False, bwd_store_dpw=True,
-                     dpw16=True, bm_fp32=32, bm_bwd_fp32=16, bwd_states16=True, name="bm64-bk32-bwd32-w4"),
+                     dpw16=True, bm_fp32=32, bm_bwd_fp32=16, bwd_states16=True, state_maxnreg=168,
+                     name="bm64-bk32-bwd32-w4"),
           MimoConfig(bm=32, bm_bwd=16, bk=16, bk_bwd=16, state_tiles=8, bp_state=32, warps=4, warps_bwd=4,
                      state_warps=4, name="bm32-bwd16")),
 }

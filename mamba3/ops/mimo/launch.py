@@ -251,7 +251,7 @@ def out_pass(L: Launch, t, sin, bwd=False, dout=None, ys=None):
         HAS_OUT=has_out, NORM=t["norm"], HAS_NW=t["nw"] is not None, BWD=bwd, ONE_K=L.N2 <= cfg.bk,
         DOT_PREC=L.dot_prec, TOK_PREC=L.dot_prec if bwd else L.fwd_prec, Y_IO=y_io, num_warps=cfg.warps,
         num_stages=cfg.stages, **output_launch_options(L.arch, L.BP, v.dtype == torch.float32, y_io,
-                                                       cfg.output_maxnreg(bwd)))
+                                                       cfg.output_maxnreg(bwd, L.N2)))
     if not bwd:
         return out
     return dy, dz, dphip, dzetap, dnwp
@@ -468,7 +468,7 @@ def aot_kernel_launches(cfg: MimoConfig, headdim: int, dtype, arch: int, dstate:
             dict(R=R, BM=cfg.bm, BK=cfg.bk, BP=BP, HAS_D=True, HAS_Z=True, HAS_OUT=True, NORM=True, HAS_NW=True,
                  BWD=bwd, ONE_K=N2 <= cfg.bk, DOT_PREC=prec, TOK_PREC=prec if bwd else fwd_prec,
                  Y_IO=y_io, **common_w,
-                 **output_launch_options(arch, BP, dtype == torch.float32, y_io, cfg.output_maxnreg(bwd)))))
+                 **output_launch_options(arch, BP, dtype == torch.float32, y_io, cfg.output_maxnreg(bwd, N2)))))
     if cfg.scan_fwd:  # with the fused RMSNorm where the block holds all of P
         bps = scan_block_p(cfg, P, norm=False)
         for states in (False, True) if cfg.scan_states else (False,):

@@ -160,6 +160,12 @@ class SisoConfig:
     # (2, 1) 0.568-0.580, (1, 2) 0.593-0.594, (2, 2) 0.559; forward 1.231-1.233 / 1.188 / 1.208-1.211 / 1.174,
     # forward+backward 6.203-6.281 / 6.185-6.251 / 6.216-6.226 / 6.171.
     output_unroll: tuple | None = None
+    # No register caps (unlike MimoConfig.fwd_out_maxnreg, which trades spills for a CTA more per SM): timed on
+    # sm_90 and slower or equal on every kernel tried. H100 (fifty-seventh session, sweep_siso.py, bf16, N = 128,
+    # P = 64), B8 T4096 forward / forward+backward 1.173 / 6.199 ms without: output_kernel at 168 registers (472 B of
+    # spills, three CTAs per SM) 1.433 / 6.432 (the kernel 0.564 → 0.819), at 128 2.122 / 7.093; the scan's three
+    # walks at 168 (72-216 B) 1.279 / 6.832 (1.494 → 2.070), at 128 1.496 / 7.748; B1 T32768, the backward's
+    # chunk_state_kernel at 128 (161 registers → 24 B of spills) 7.360 → 7.360 (benchmarks/results/h100_2026-12-07c).
 
     def __post_init__(self):
         if self.halves and self.half_dots:
