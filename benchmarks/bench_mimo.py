@@ -65,7 +65,10 @@ def sweep_variants(spec):
                  R(base, bwd_states16=False, name=f"{base.name}-states32"),
                  # the forward's output kernel at ptxas's 189 registers (fwd_out_maxnreg off; at 168, three CTAs per
                  # SM: 31.47 → 30.91 ms, H100, 56th session)
-                 R(base, fwd_out_maxnreg=0, name=f"{base.name}-outreg0")]
+                 R(base, fwd_out_maxnreg=0, name=f"{base.name}-outreg0"),
+                 # the chunk states at 168 registers (state_maxnreg: three CTAs per SM for 440 / 344 B of spills per
+                 # thread, AOT sm_90 bf16; where the other buckets' won, their spills were ≤ 64 B)
+                 R(base, state_maxnreg=168, name=f"{base.name}-statereg168")]
     # the scan forward (one walk per sequence, head and P block; the state in registers), forced, with the
     # backward's state passes as scans (scan_variant: scan_states and scan_dstates), one of them, or neither
     scan = chosen.scan_variant()
