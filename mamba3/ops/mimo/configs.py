@@ -229,12 +229,12 @@ class MimoConfig:
         the chunk-state kernel (both modes), chosen where AOT sm_90 (bf16, N = 128) shows a CTA more per SM for few
         spills. Registers → cap: stack bytes per thread: P = 16 output kernel backward 204 → 168: 24 B, chunk states
         122 / 125 → 96: 48 / 56 B (five CTAs instead of four); P = 32 output kernel backward 246 → 168: 88 B, chunk
-        states 230 / 243 → 168: 24 / 64 B; P = 128 chunk states 228 / 179 → 168: none. (P = 64's chunk states spill
-        440 / 344 B at 168, its output kernel's backward 1112 B: not candidates.) H100 (fifty-seventh session),
-        bf16, B8 T4096, forward / forward+backward ms without → with each: P = 16 output backward 23.96 → 22.98
-        (that kernel's forward and backward 7.62 → 6.64), chunk states at 96 23.96 → 23.96 (not set); P = 32 output
-        backward 26.43 → 25.81, chunk states 5.05 / 26.43 → 4.84 / 25.88; P = 128 chunk states 13.66 / 77.71 →
-        12.75 / 75.45 (that kernel 11.36 → 9.06). Set where they won.
+        states 230 / 243 → 168: 24 / 64 B; P = 128 chunk states 228 / 179 → 168: none. H100 (fifty-seventh
+        session), bf16, B8 T4096, forward / forward+backward ms without → with each: P = 16 output backward 23.96 →
+        22.98 (that kernel's forward and backward 7.62 → 6.64), chunk states at 96 23.96 → 23.96 (not set); P = 32
+        output backward 26.43 → 25.81, chunk states 5.05 / 26.43 → 4.84 / 25.88; P = 128 chunk states 13.66 / 77.71
+        → 12.75 / 75.45 (that kernel 11.36 → 9.06). Set where they won. P = 64's chunk states spill 440 / 344 B at
+        168: B1 T32768 31.03 → 32.82 ms (not set); its output kernel's backward spills 1112 B (not timed).
     """
 
     bm: int = 64
