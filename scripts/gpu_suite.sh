@@ -83,12 +83,11 @@ if has bench; then
     pack
   done
 fi
-if has sweeps; then  # defaults: the MIMO scan variant (MimoConfig.scan_variant, forced, the B8 default), with
-  # per-kernel times, and P = 16 / 32 / 128 against each of their register caps removed (MimoConfig.fwd_out_maxnreg,
-  # bwd_out_maxnreg, state_maxnreg: -<tag>reg0-P<p>); at B1 the chunked default against it without the forward
-  # output kernel's cap; SISO: the default tiles at B8 (the README's rows), bf16 and fp32, the latter on sm_90's and
-  # the other architectures' tiles
-  SWEEP_MIMO=${SWEEP_MIMO-scan/,w4-P16/bf,tf32-P32/bf,w4-P128/bf,reg0-P}
+if has sweeps; then  # defaults: the MIMO scan variant (MimoConfig.scan_variant, forced, the B8 default) and P = 128,
+  # with per-kernel times, against the output kernel's epilogue backward at 8 warps (MimoConfig.warps_out_bwd,
+  # -outbwd8); at B1 the chunked default against the same; SISO: the default tiles at B8 (the README's rows), bf16
+  # and fp32, the latter on sm_90's and the other architectures' tiles
+  SWEEP_MIMO=${SWEEP_MIMO-scan/,scan-outbwd8/,w4-P128/bf,w4-outbwd8-P128/bf}
   SISO_FP32=fp32-x3-c64-b32p64-w4/8,fp32-x3-c32-b32-w4/4
   SWEEP_SISO=${SWEEP_SISO-bf16-joined-c64-w4/8,$SISO_FP32}
   if [ -n "$SWEEP_MIMO" ]; then
@@ -98,7 +97,7 @@ if has sweeps; then  # defaults: the MIMO scan variant (MimoConfig.scan_variant,
     pack
   fi
   # B1 T32768: chunked (32 scan programs)
-  SWEEP_MIMO_B1=${SWEEP_MIMO_B1-w4-st2/,w4-outreg0/bf}
+  SWEEP_MIMO_B1=${SWEEP_MIMO_B1-w4-st2/,w4-outbwd8/bf}
   if [ -n "$SWEEP_MIMO_B1" ]; then
     timeout 300 python3 benchmarks/bench_mimo.py --shapes none --sweep --sweep-kernels --sweep-batch 1 \
       --only="$SWEEP_MIMO_B1" --out "$OUT/mimo_sweep_b1.json" > "$OUT/sweep_mimo_b1.log" 2>&1 || status=1

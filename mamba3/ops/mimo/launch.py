@@ -249,9 +249,9 @@ def out_pass(L: Launch, t, sin, bwd=False, dout=None, ys=None):
         T.sc_start, T.sc_end, T.sc_bc, T.bc_start, L.TT, L.H, L.HG, L.G, L.N2, L.A, L.P, L.eps,
         R=L.R, BM=cfg.bm, BK=cfg.bk, BP=L.BP, HAS_D=t["D"] is not None, HAS_Z=t["z"] is not None,
         HAS_OUT=has_out, NORM=t["norm"], HAS_NW=t["nw"] is not None, BWD=bwd, ONE_K=L.N2 <= cfg.bk,
-        DOT_PREC=L.dot_prec, TOK_PREC=L.dot_prec if bwd else L.fwd_prec, Y_IO=y_io, num_warps=cfg.warps,
-        num_stages=cfg.stages, **output_launch_options(L.arch, L.BP, v.dtype == torch.float32, y_io,
-                                                       cfg.output_maxnreg(bwd, L.N2)))
+        DOT_PREC=L.dot_prec, TOK_PREC=L.dot_prec if bwd else L.fwd_prec, Y_IO=y_io,
+        num_warps=cfg.output_warps(bwd), num_stages=cfg.stages,
+        **output_launch_options(L.arch, L.BP, v.dtype == torch.float32, y_io, cfg.output_maxnreg(bwd, L.N2)))
     if not bwd:
         return out
     return dy, dz, dphip, dzetap, dnwp
@@ -445,7 +445,6 @@ def aot_kernel_launches(cfg: MimoConfig, headdim: int, dtype, arch: int, dstate:
     sin = dsend = e(16, dt=states_dtype(cfg, dtype))  # the backward's state copies
     tag = f"{cfg.name}-N{N}-P{P}-{str(dtype).split('.')[-1]}"
     bps = min(cfg.bp_state, BP)
-    common_w = dict(num_warps=cfg.warps, num_stages=cfg.stages)
     out = []
     for mode in (0, 1):
         x = v if mode == 0 else f
@@ -467,7 +466,7 @@ def aot_kernel_launches(cfg: MimoConfig, headdim: int, dtype, arch: int, dstate:
              i32(16), i32(16), i32(16), i32(16), TT, H, H // G, G, N2, A, P, 1e-5),
             dict(R=R, BM=cfg.bm, BK=cfg.bk, BP=BP, HAS_D=True, HAS_Z=True, HAS_OUT=True, NORM=True, HAS_NW=True,
                  BWD=bwd, ONE_K=N2 <= cfg.bk, DOT_PREC=prec, TOK_PREC=prec if bwd else fwd_prec,
-                 Y_IO=y_io, **common_w,
+                 Y_IO=y_io, num_warps=cfg.output_warps(bwd), num_stages=cfg.stages,
                  **output_launch_options(arch, BP, dtype == torch.float32, y_io, cfg.output_maxnreg(bwd, N2)))))
     if cfg.scan_fwd:  # with the fused RMSNorm where the block holds all of P
         bps = scan_block_p(cfg, P, norm=False)
