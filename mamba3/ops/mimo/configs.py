@@ -321,6 +321,17 @@ class MimoConfig:
             return 0
         return self.bwd_out_maxnreg if bwd else self.fwd_out_maxnreg
 
+    def output_options(self, arch: int, bp: int, fp32_inputs: bool, y_io: int, pairs: int, bwd: bool) -> dict:
+        """``mimo_out_kernel``'s launch options, for the launcher and the AOT lane alike: its warps, the stages, and
+        the register cap of ``output_launch_options`` (``output_maxnreg`` for N = 2·``pairs``)."""
+        return dict(num_warps=self.output_warps(bwd), num_stages=self.stages,
+                    **output_launch_options(arch, bp, fp32_inputs, y_io, self.output_maxnreg(bwd, pairs)))
+
+    def state_options(self, arch: int, fp32_inputs: bool) -> dict:
+        """``mimo_chunk_state_kernel``'s launch options (both modes), for the launcher and the AOT lane alike."""
+        return dict(num_warps=self.state_warps, num_stages=self.stages,
+                    **register_cap(arch, fp32_inputs, self.state_maxnreg))
+
     @property
     def dv_block(self) -> int:
         """The dv kernel's N-pair block: ``bk_dv`` where set, else ``bk_bwd``."""

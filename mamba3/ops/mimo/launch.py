@@ -10,7 +10,7 @@ import triton
 
 from ..common.state_passing import state_passing
 from .bwd import mimo_bwd_dqk_kernel, mimo_bwd_dv_kernel, mimo_state_bwd_kernel, mimo_state_scan_bwd_kernel
-from .configs import MimoConfig, block_p, output_launch_options, register_cap, scan_block_p
+from .configs import MimoConfig, block_p, scan_block_p
 from .fwd import mimo_chunk_state_kernel, mimo_out_kernel, mimo_scan_out_kernel
 
 # Elements of the (P·N) state per program of the state-passing kernels, which walk a sequence's state chunks in
@@ -112,7 +112,7 @@ class Launch:
     bwd_prec: str  # the dq, dk and dv kernels' dots: "bf16"/"fp16" for 16-bit inputs with cfg.bwd_dots16, else dot_prec
     # (the dq and dk kernels: dot_prec where cfg.bwd16_dqk is off, see dqk_precision)
     eps: float
-    arch: int  # the device's compute capability (launch options that depend on it: ``output_launch_options``)
+    arch: int  # the device's compute capability (launch options: ``MimoConfig.output_options``, ``state_options``)
 
     @property
     def HG(self):
@@ -164,8 +164,7 @@ def chunk_states(L: Launch, mode: int, x, y, bias, rot, cs, scl, psi):
         x, sx_t, sx_r, psi, y, L.R * L.G * 2 * L.N2, L.G * 2 * L.N2, bias, rot, L.H * 2 * L.A, cs, scl, out,
         T.bc_start, T.bc_end, L.TT, L.H, L.HG, L.G, L.N2, L.A, L.P,
         R=L.R, BM=cfg.bm, BP=bps, BK=cfg.bk, MODE=mode, DOT_PREC=L.fwd_prec if mode == 0 else L.dot_prec,
-        num_warps=cfg.state_warps, num_stages=cfg.stages,
-        **register_cap(L.arch, y.dtype == torch.float32, cfg.state_maxnreg))
+        **cfg.state_options(L.arch, y.dtype == torch.float32))
     return out
 
 
@@ -250,8 +249,7 @@ def out_pass(L: Launch, t, sin, bwd=False, dout=None, ys=None):
         R=L.R, BM=cfg.bm, BK=cfg.bk, BP=L.BP, HAS_D=t["D"] is not None, HAS_Z=t["z"] is not None,
         HAS_OUT=has_out, NORM=t["norm"], HAS_NW=t["nw"] is not None, BWD=bwd, ONE_K=L.N2 <= cfg.bk,
         DOT_PREC=L.dot_prec, TOK_PREC=L.dot_prec if bwd else L.fwd_prec, Y_IO=y_io,
-        num_warps=cfg.output_warps(bwd), num_stages=cfg.stages,
-        **output_launch_options(L.arch, L.BP, v.dtype == torch.float32, y_io, cfg.output_maxnreg(bwd, L.N2)))
+        **cfg.output_options(L.arch, L.BP, v.dtype == torch.float32, y_io, L.N2, bwd))
     if not bwd:
         return out
     return dy, dz, dphip, dzetap, dnwp
@@ -453,8 +451,7 @@ def aot_kernel_launches(cfg: MimoConfig, headdim: int, dtype, arch: int, dstate:
             (x, H * P if mode == 0 else R * H * P, 0 if mode == 0 else H * P, f, q, R * G * N, G * N, f, f, H * 2 * A,
              f, f, f, i32(16), i32(16), TT, H, H // G, G, N2, A, P),
             dict(R=R, BM=cfg.bm, BP=bps, BK=cfg.bk, MODE=mode, DOT_PREC=fwd_prec if mode == 0 else prec,
-                 num_warps=cfg.state_warps, num_stages=cfg.stages,
-                 **register_cap(arch, dtype == torch.float32, cfg.state_maxnreg))))
+                 **cfg.state_options(arch, dtype == torch.float32))))
     out.append(KernelLaunch(f"mimo_state_bwd_kernel-{tag}", mimo_state_bwd_kernel,
                             (f, dsend, sin, f, f, f, f, i32(16), H, P * N, NBC),
                             dict(HAS_DSFIN=True, BLK=STATE_BLK, num_warps=4, num_stages=1)))
@@ -466,8 +463,7 @@ def aot_kernel_launches(cfg: MimoConfig, headdim: int, dtype, arch: int, dstate:
              i32(16), i32(16), i32(16), i32(16), TT, H, H // G, G, N2, A, P, 1e-5),
             dict(R=R, BM=cfg.bm, BK=cfg.bk, BP=BP, HAS_D=True, HAS_Z=True, HAS_OUT=True, NORM=True, HAS_NW=True,
                  BWD=bwd, ONE_K=N2 <= cfg.bk, DOT_PREC=prec, TOK_PREC=prec if bwd else fwd_prec,
-                 Y_IO=y_io, num_warps=cfg.output_warps(bwd), num_stages=cfg.stages,
-                 **output_launch_options(arch, BP, dtype == torch.float32, y_io, cfg.output_maxnreg(bwd, N2)))))
+                 Y_IO=y_io, **cfg.output_options(arch, BP, dtype == torch.float32, y_io, N2, bwd))))
     if cfg.scan_fwd:  # with the fused RMSNorm where the block holds all of P
         bps = scan_block_p(cfg, P, norm=False)
         for states in (False, True) if cfg.scan_states else (False,):
