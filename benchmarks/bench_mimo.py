@@ -69,10 +69,7 @@ def sweep_variants(spec):
                  # the chunk states at 168 registers (state_maxnreg: three CTAs per SM for 440 / 344 B of spills per
                  # thread, AOT sm_90 bf16; where the other buckets' won, their spills were ≤ 64 B): B1 T32768 31.03
                  # against 32.82 ms, the kernel 4.78 → 6.55 (H100, 57th session)
-                 R(base, state_maxnreg=168, name=f"{base.name}-statereg168"),
-                 # the output kernel's epilogue backward at 8 warps (warps_out_bwd: 255 registers without spills,
-                 # one CTA per SM, against 248 B of spills at 4 warps, AOT sm_90 bf16)
-                 R(base, warps_out_bwd=8, name=f"{base.name}-outbwd8")]
+                 R(base, state_maxnreg=168, name=f"{base.name}-statereg168")]
     # the scan forward (one walk per sequence, head and P block; the state in registers), forced, with the
     # backward's state passes as scans (scan_variant: scan_states and scan_dstates), one of them, or neither
     scan = chosen.scan_variant()
@@ -111,9 +108,7 @@ def sweep_variants(spec):
                  R(scan, bwd_walk_y=False, name=f"{scan.name}-ycalc"),
                  # that walk's y in bf16 (save_y16 without save_y: half the buffer's 1.07 GB; 24.40 against
                  # 24.83 ms, the output kernel's backward 1.41 → 2.10, H100, 56th session)
-                 R(scan, save_y16=True, name=f"{scan.name}-walky16"),
-                 # the output kernel's backward (here loading the walk's y) at 8 warps (warps_out_bwd)
-                 R(scan, warps_out_bwd=8, name=f"{scan.name}-outbwd8")]
+                 R(scan, save_y16=True, name=f"{scan.name}-walky16")]
     # fp32 inputs (tf32x3 dots) on the configuration's 64-row tiles (bm_fp32 off), which spill ≈ 4 KB per thread
     # in the output kernel (AOT sm_90) where the 32-row ones (bm_fp32 = 32) spill 680 B: B8 T4096 99.31 against
     # 86.37 ms (H100, 42nd session)
@@ -150,8 +145,6 @@ def sweep_variants(spec):
             on = getattr(cfg, fields[tag])
             variants.append((named(f"-{tag}reg{0 if on else cap}", **{fields[tag]: 0 if on else cap}),
                              torch.bfloat16, p))
-        if p == 128:  # the output kernel's epilogue backward at 8 warps: 2488 → 192 B of spills (AOT sm_90 bf16)
-            variants.append((named("-outbwd8", warps_out_bwd=8), torch.bfloat16, p))
         if cfg.bm_fp32:
             variants += [(named("-fp32bm64", bm_fp32=0, bm_bwd_fp32=0), torch.float32, p),
                          (named("-fp32bwd32", bm_bwd_fp32=0), torch.float32, p)]

@@ -212,17 +212,3 @@ def test_mimo_dv_alone_on_16bit_dots():
     assert {k: (m["BK"], m["DOT_PREC"]) for k, m in metas.items()} == {
         "mimo_bwd_dqk_kernel[dq]": (32, "tf32"), "mimo_bwd_dqk_kernel[dk]": (32, "tf32"),
         "mimo_bwd_dv_kernel": (64, "bf16")}
-
-
-def test_mimo_output_backward_warps():
-    """``MimoConfig.warps_out_bwd`` sets the warps of the output kernel's epilogue backward only (0: ``warps``)."""
-    import dataclasses
-
-    from mamba3.ops.mimo.configs import CONFIGS
-    from mamba3.ops.mimo.launch import aot_kernel_launches
-
-    for cfg, bwd_warps in ((CONFIGS[128][0], 4), (dataclasses.replace(CONFIGS[128][0], warps_out_bwd=8), 8)):
-        assert (cfg.output_warps(False), cfg.output_warps(True)) == (4, bwd_warps)
-        warps = {x.name.split("-")[0]: x.meta["num_warps"]
-                 for x in aot_kernel_launches(cfg, 128, torch.bfloat16, 90, kernels=("mimo_out",))}
-        assert warps == {"mimo_out_kernel[fwd]": 4, "mimo_out_kernel[bwd]": bwd_warps}

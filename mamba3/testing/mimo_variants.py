@@ -30,7 +30,6 @@ OPT_IN = {
     "states16": dict(bwd_states16=True),
     "ycalc": dict(bwd_walk_y=False),  # the output kernel's backward forms y again
     "walky16": dict(save_y16=True),  # bwd_walk_y's buffer in bf16 (for bf16 inputs)
-    "outbwd8": dict(warps_out_bwd=8),  # the output kernel's epilogue backward at 8 warps
 }
 
 

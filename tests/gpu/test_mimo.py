@@ -150,16 +150,6 @@ def _check_candidate(p, cfg, dtype):
            headdim=p, rank=4, states=True, rms_norm=True)
 
 
-@pytest.mark.parametrize("p,cfg", [(p, c) for p, c in _every_config_with("outbwd8") if p >= 64],
-                         ids=lambda x: str(x) if isinstance(x, int) else x.name)
-@pytest.mark.parametrize("dtype", DTYPES.values(), ids=DTYPES.keys())
-def test_output_backward_warps(p, cfg, dtype):
-    """``MimoConfig.warps_out_bwd`` (the output kernel's epilogue backward at 8 warps, prepared for P = 64 and 128,
-    where it spills at 4) on those buckets' configurations, at the benchmarks' N = 128, packed sequences, input
-    states, GQA, every feature on, against float64."""
-    _check_candidate(p, cfg, dtype)
-
-
 @pytest.mark.parametrize("p,cfg", _every_config_with("savey"),
                          ids=lambda x: str(x) if isinstance(x, int) else x.name)
 @pytest.mark.parametrize("dtype", DTYPES.values(), ids=DTYPES.keys())

@@ -401,14 +401,3 @@ def test_register_caps_are_launch_options():
     assert output_launch_options(100, 32, True, 0, 160) == {"maxnreg": 255}  # the collapse's cap stays
     kw = dict(bsz=1, seqlen=17, states=True, **SMALL)
     assert _check(torch.bfloat16, config=capped, **kw) == _check(torch.bfloat16, config=cfg, **kw)
-
-
-def test_output_backward_warps():
-    """``MimoConfig.warps_out_bwd`` only changes the epilogue backward's launch (the interpreter runs it the same):
-    the results are those at ``warps``."""
-    from mamba3.ops.mimo.configs import CONFIGS
-
-    cfg = dataclasses.replace(CONFIGS[16][0], name="tiny")
-    kw = dict(bsz=1, seqlen=17, states=True, **SMALL)
-    assert _check(torch.bfloat16, config=dataclasses.replace(cfg, warps_out_bwd=8), **kw) == _check(
-        torch.bfloat16, config=cfg, **kw)

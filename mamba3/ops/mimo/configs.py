@@ -57,12 +57,10 @@ class MimoConfig:
         8 warps everywhere 9.22 / 56.6; output and chunk-state kernels at 4: 6.06 / 47.5; all three at 4:
         6.08 / 35.0. Set per P bucket in ``CONFIGS``: every bucket's first configuration at 4 warps. Other
         architectures were not measured.
-    warps_out_bwd: warps of the output kernel's epilogue backward where it differs from ``warps`` (0: the same),
-        off everywhere: prepared, not timed. At 4 warps the backward spills where the forward does not (AOT sm_90,
-        bf16, N = 128, registers / stack bytes per thread): P = 128 255 / 2488 (forward 255 / 96), P = 64 (the
-        chunked path) 255 / 248 (forward 189 / 0); at 8 warps 255 / 192 and 255 / 0, one CTA per SM instead of two.
-        The H100 spends 20.8 of P = 128's 75.3 ms (B8 T4096) and 8.7 of P = 64's 30.8 (B1 T32768) in this kernel,
-        forward and backward together.
+        The output kernel's epilogue backward alone at 8 warps (its spills at 4: P = 128 2488 B per thread, P = 64
+        on the chunked path 248 B; at 8: 192 and 0, one CTA per SM; AOT sm_90, bf16) was slower wherever timed
+        (H200, fifty-eighth session, bf16, forward+backward ms): B8 T4096 P = 64 (the scan) 23.87 → 24.10, P = 128
+        73.34 → 76.26, B1 T32768 30.10 → 34.69 (the kernel 8.76 → 13.43); that option was removed.
     stages: 1 everywhere (no software pipelining: short latency-bound loops, and Blackwell must not pipeline).
     fwd_dots16: for bf16/fp16 inputs, the forward's token-by-token dots (chunk states, scores, values) take 16-bit
         operands (H200, B=8, T=4096, P=64: forward 10.54 → 9.34 ms); off, they run as tf32 on fp32 operands like
@@ -272,7 +270,6 @@ class MimoConfig:
     scan_gather: bool = True
     bwd_states16: bool = False
     bwd_walk_y: bool = False
-    warps_out_bwd: int = 0
     fwd_out_maxnreg: int = 0
     bwd_out_maxnreg: int = 0
     state_maxnreg: int = 0
@@ -309,10 +306,6 @@ class MimoConfig:
             return replace(self, **{"bk_bwd" if self.bwd16_dqk else "bk_dv": self.bk_bwd16})
         return self
 
-    def output_warps(self, bwd: bool) -> int:
-        """The output kernel's warps in the forward or its epilogue backward."""
-        return self.warps_out_bwd if bwd and self.warps_out_bwd else self.warps
-
     def output_maxnreg(self, bwd: bool, pairs: int) -> int:
         """The output kernel's register cap (0: none) in the forward or its backward, for N = 2·``pairs``: only where
         the kernel takes N in one block (pairs ≤ bk; the caps were timed at N = 128). Over its loop of N blocks (N =
@@ -324,7 +317,7 @@ class MimoConfig:
     def output_options(self, arch: int, bp: int, fp32_inputs: bool, y_io: int, pairs: int, bwd: bool) -> dict:
         """``mimo_out_kernel``'s launch options, for the launcher and the AOT lane alike: its warps, the stages, and
         the register cap of ``output_launch_options`` (``output_maxnreg`` for N = 2·``pairs``)."""
-        return dict(num_warps=self.output_warps(bwd), num_stages=self.stages,
+        return dict(num_warps=self.warps, num_stages=self.stages,
                     **output_launch_options(arch, bp, fp32_inputs, y_io, self.output_maxnreg(bwd, pairs)))
 
     def state_options(self, arch: int, fp32_inputs: bool) -> dict:
