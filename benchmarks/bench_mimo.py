@@ -69,7 +69,10 @@ def sweep_variants(spec):
                  # the chunk states at 168 registers (state_maxnreg: three CTAs per SM for 440 / 344 B of spills per
                  # thread, AOT sm_90 bf16; where the other buckets' won, their spills were ≤ 64 B): B1 T32768 31.03
                  # against 32.82 ms, the kernel 4.78 → 6.55 (H100, 57th session)
-                 R(base, state_maxnreg=168, name=f"{base.name}-statereg168")]
+                 R(base, state_maxnreg=168, name=f"{base.name}-statereg168"),
+                 # the dq / dk kernels on 64-column blocks at 8 warps on sm_90 (bk_dqk90, warps_dqk90: one block per
+                 # (tile, head) instead of two at 4 warps, the same instructions per tile and head, AOT sm_90 bf16)
+                 R(base, bk_dqk90=64, warps_dqk90=8, name=f"{base.name}-dqk64w8")]
     # the scan forward (one walk per sequence, head and P block; the state in registers), forced, with the
     # backward's state passes as scans (scan_variant: scan_states and scan_dstates), one of them, or neither
     scan = chosen.scan_variant()
@@ -108,7 +111,8 @@ def sweep_variants(spec):
                  R(scan, bwd_walk_y=False, name=f"{scan.name}-ycalc"),
                  # that walk's y in bf16 (save_y16 without save_y: half the buffer's 1.07 GB; 24.40 against
                  # 24.83 ms, the output kernel's backward 1.41 → 2.10, H100, 56th session)
-                 R(scan, save_y16=True, name=f"{scan.name}-walky16")]
+                 R(scan, save_y16=True, name=f"{scan.name}-walky16"),
+                 R(scan, bk_dqk90=64, warps_dqk90=8, name=f"{scan.name}-dqk64w8")]  # as -dqk64w8 above
     # fp32 inputs (tf32x3 dots) on the configuration's 64-row tiles (bm_fp32 off), which spill ≈ 4 KB per thread
     # in the output kernel (AOT sm_90) where the 32-row ones (bm_fp32 = 32) spill 680 B: B8 T4096 99.31 against
     # 86.37 ms (H100, 42nd session)
@@ -133,6 +137,9 @@ def sweep_variants(spec):
                      for c in (named(""), named("-nodpw", bwd_store_dpw=False))]
         variants.append((named("-dpw32", dpw16=False), torch.bfloat16, p))
         variants.append((named("-states32", bwd_states16=False), torch.bfloat16, p))  # fp32 state copies
+        # the dq / dk kernels on one 64-column block at 8 warps on sm_90 (AOT sm_90 bf16, SASS of the head loop per
+        # tile and head: P = 128 33,760 → 23,608 warp instructions; P = 16 / 32 about the same)
+        variants.append((named("-dqk64w8", bk_dqk90=64, warps_dqk90=8), torch.bfloat16, p))
         # the register caps (MimoConfig.fwd_out_maxnreg "out", bwd_out_maxnreg "bout", state_maxnreg "state"):
         # each candidate added where the bucket runs without it (-<tag>reg<cap>), removed where it runs with it
         # (-<tag>reg0). H100, B8 T4096, forward+backward ms without → with (56th / 57th sessions): P = 16 out 128

@@ -30,6 +30,7 @@ OPT_IN = {
     "states16": dict(bwd_states16=True),
     "ycalc": dict(bwd_walk_y=False),  # the output kernel's backward forms y again
     "walky16": dict(save_y16=True),  # bwd_walk_y's buffer in bf16 (for bf16 inputs)
+    "dqk64w8": dict(bk_dqk90=64, warps_dqk90=8),  # the dq / dk kernels on 64-column blocks at 8 warps (sm_90)
 }
 
 

@@ -168,6 +168,16 @@ def test_save_y16(p, cfg):
     _check_candidate(p, cfg, torch.bfloat16)
 
 
+@pytest.mark.parametrize("p,cfg", _every_config_with("dqk64w8"), ids=lambda x: str(x) if isinstance(x, int) else x.name)
+def test_dqk_tiles_sm90(p, cfg):
+    """``MimoConfig.bk_dqk90`` / ``warps_dqk90`` (the dq / dk kernels on 64-column N-pair blocks at 8 warps, for
+    16-bit inputs on sm_90: the H100 and H200 this suite runs on) on every configuration, as :func:`test_save_y`,
+    bf16 (fp32 inputs keep the configured tiles)."""
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("the tiles apply on sm_90 only")
+    _check_candidate(p, cfg, torch.bfloat16)
+
+
 @pytest.mark.parametrize("p,cfg", _every_config_with("dpw", "dpw-dqk16", "dpw16"),
                          ids=lambda x: str(x) if isinstance(x, int) else x.name)
 @pytest.mark.parametrize("dtype", DTYPES.values(), ids=DTYPES.keys())

@@ -384,6 +384,46 @@ def test_fp32_tile_rows(dtype, fwd_rows, bwd_rows):
     assert _check(dtype, chunk_size=16, config=cfg, **kw) == _check(dtype, chunk_size=16, config=same, **kw)
 
 
+class _LaunchRecorder:
+    """Stands in for a kernel object: records (grid's first axis, BK, num_warps) of each ``kernel[grid](...)`` launch,
+    then launches it."""
+
+    def __init__(self, kernel, seen):
+        self.kernel, self.seen = kernel, seen
+
+    def __getitem__(self, grid):
+        def launch(*args, **kw):
+            self.seen.append((grid[0], kw["BK"], kw["num_warps"]))
+            return self.kernel[grid](*args, **kw)
+        return launch
+
+
+@pytest.mark.parametrize("arch,dtype", [(90, torch.bfloat16), (90, torch.float32), (89, torch.bfloat16)],
+                         ids=["sm90-bf16", "sm90-fp32", "sm89-bf16"])
+def test_dqk_tiles_sm90(arch, dtype, monkeypatch):
+    """``MimoConfig.bk_dqk90`` / ``warps_dqk90``: with 16-bit inputs on sm_90 the dq and dk kernels run on those tiles
+    (here one 32-column N-pair block at N = 64 instead of two 16-column ones), with the results of the configuration
+    that sets them as ``bk_bwd`` / ``warps_bwd`` (the dv kernel's block fixed by ``bk_dv``); fp32 inputs and other
+    architectures keep the configured tiles. Packed sequences, GQA, input states, two tiles per state chunk."""
+    from mamba3.dispatch import arch_spec
+    from mamba3.ops.mimo import function, launch
+    from mamba3.ops.mimo.configs import MimoConfig
+
+    monkeypatch.setattr(function, "_device_spec", lambda device: arch_spec(arch))
+    seen = []
+    monkeypatch.setattr(launch, "mimo_bwd_dqk_kernel", _LaunchRecorder(launch.mimo_bwd_dqk_kernel, seen))
+    tiles = dict(bm=16, bm_bwd=16, bk=32, bp_state=16, warps=4, state_warps=4, bk_dv=16, state_tiles=2,
+                 bwd_store_dpw=True, dpw16=True)
+    cfg = MimoConfig(bk_bwd=16, warps_bwd=4, bk_dqk90=32, warps_dqk90=8, name="tiny-dqk90", **tiles)
+    kw = dict(bsz=1, seqlen=19, nheads=4, ngroups=2, dstate=64, headdim=16, rank=2, states=True,
+              cu_seqlens=[0, 1, 14, 19])
+    errs = _check(dtype, config=cfg, **kw)
+    wide = arch == 90 and dtype != torch.float32
+    assert seen == [(1, 32, 8) if wide else (2, 16, 4)] * 2, seen  # the dq launch, then the dk one
+    same = MimoConfig(bk_bwd=32 if wide else 16, warps_bwd=8 if wide else 4, name="tiny-written-out", **tiles)
+    assert _check(dtype, config=same, **kw) == errs
+
+
 def test_register_caps_are_launch_options():
     """``MimoConfig.fwd_out_maxnreg`` / ``bwd_out_maxnreg`` / ``state_maxnreg`` only cap the registers of the output
     kernel's forward / backward / the chunk-state kernel (on sm_90, 16-bit inputs): the kernels and their results

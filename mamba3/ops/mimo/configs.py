@@ -239,6 +239,13 @@ class MimoConfig:
         output backward 26.43 → 25.81, chunk states 5.05 / 26.43 → 4.84 / 25.88; P = 128 chunk states 13.66 / 77.71
         → 12.75 / 75.45 (that kernel 11.36 → 9.06). Set where they won. P = 64's chunk states spill 440 / 344 B at
         168: B1 T32768 31.03 → 32.82 ms (not set); its output kernel's backward spills 1112 B (not timed).
+    bk_dqk90 / warps_dqk90: the dq and dk kernels' N-pair block and warps for 16-bit inputs on sm_90 (0: ``bk_bwd`` /
+        ``warps_bwd``; :meth:`dqk_tiles`). At 64 columns and 8 warps each (tile, head) loads its dy, ṽ, weighted dP
+        and state blocks once instead of once per 32-column block, in half the programs, for the same instructions:
+        AOT sm_90, bf16, N = 128, P = 64, the head loop's SASS per warp dq / dk 1839 / 1711 at 32 columns and 4
+        warps (two blocks: 28,400 warp instructions per tile and head), 1705 / 1824 at 64 and 8 (28,232), spills
+        168 / 16 → 20 / 72 B per thread, one 8-warp CTA per SM in place of two 4-warp ones. Hopper only: its wgmma
+        keeps the B operands in shared memory; on sm_86 / sm_120 the same tiles spill 972 / 1300 B. TIMING_PENDING
     """
 
     bm: int = 64
@@ -273,6 +280,8 @@ class MimoConfig:
     fwd_out_maxnreg: int = 0
     bwd_out_maxnreg: int = 0
     state_maxnreg: int = 0
+    bk_dqk90: int = 0
+    warps_dqk90: int = 0
     name: str = "default"
 
     def __post_init__(self):
@@ -324,6 +333,13 @@ class MimoConfig:
         """``mimo_chunk_state_kernel``'s launch options (both modes), for the launcher and the AOT lane alike."""
         return dict(num_warps=self.state_warps, num_stages=self.stages,
                     **register_cap(arch, fp32_inputs, self.state_maxnreg))
+
+    def dqk_tiles(self, arch: int, fp32_inputs: bool) -> tuple[int, int]:
+        """(N-pair block, warps) of the dq and dk kernels on compute capability ``arch``: ``bk_dqk90`` /
+        ``warps_dqk90`` for 16-bit inputs on sm_90 where set, else ``bk_bwd`` / ``warps_bwd``."""
+        if arch == 90 and not fp32_inputs:
+            return self.bk_dqk90 or self.bk_bwd, self.warps_dqk90 or self.warps_bwd
+        return self.bk_bwd, self.warps_bwd
 
     @property
     def dv_block(self) -> int:

@@ -375,7 +375,8 @@ def backward(L: Launch, t, sin, dout, dsfin, ys=None):
         dsend = dloc if copy_dtype == torch.float32 else torch.empty_like(dloc, dtype=copy_dtype)
         ds0, dcend = state_pass_bwd(L, dloc, sin, dsfin, t["decay"], out=dsend)
         del dloc
-    nkb = triton.cdiv(L.N2, cfg.bk_bwd)
+    bk_dqk, warps_dqk = cfg.dqk_tiles(L.arch, v.dtype == torch.float32)
+    nkb = triton.cdiv(L.N2, bk_dqk)
     TB = L.tables_bwd
     dq = torch.empty_like(t["q"])
     dk = torch.empty_like(t["k"])
@@ -411,9 +412,9 @@ def backward(L: Launch, t, sin, dout, dsfin, ys=None):
         mimo_bwd_dqk_kernel[(nkb, TB.nsc, L.G)](
             q, k, v, rot, cs, gam, scl, t["qb"], t["kb"], t["psi"], dy, sin, dsend, dpw, dx, dth, dcp, dxbp,
             TB.sc_start, TB.sc_end, TB.sc_bc, TB.bc_start, TB.bc_end, L.TT, L.H, L.HG, L.G, L.N2, L.A, L.P, nsl,
-            R=L.R, BM=cfg.bm_bwd, BK=cfg.bk_bwd, BP=L.BP, IS_K=is_k,
+            R=L.R, BM=cfg.bm_bwd, BK=bk_dqk, BP=L.BP, IS_K=is_k,
             DOT_PREC=dqk_prec, LOAD_DPW=cfg.bwd_store_dpw,
-            num_warps=cfg.warps_bwd, num_stages=cfg.stages)
+            num_warps=warps_dqk, num_stages=cfg.stages)
     dcs = dcp.sum(0) + dcv.sum(0)
     dcs.index_add_(1, (T.bc_end - 1).long(), dcend)
     return dict(q=dq, k=dk, v=dv, theta=dth[..., :L.A], cs=dcs, gam=dgam, scl=dscl, qb=dqbp.sum(0), kb=dkbp.sum(0),
@@ -484,22 +485,22 @@ def aot_kernel_launches(cfg: MimoConfig, headdim: int, dtype, arch: int, dstate:
             (f, q, f, f, f, sin, f, dsend, f, f, i32(16), i32(16), i32(16), 64, NBC, TT, H, H // G, G, N2, A, P),
             dict(R=R, BM=cfg.bm, BP=bps, BK=cfg.bk, HAS_DSFIN=True, DOT_PREC=prec, num_warps=cfg.state_warps,
                  num_stages=cfg.stages)))
-    bwd_w = dict(num_warps=cfg.warps_bwd, num_stages=cfg.stages)
     dqk_prec = dqk_precision(cfg, prec, bwd_prec)
     dpw = e(16, dt=dpw_dtype(cfg, dqk_prec, dtype)) if cfg.bwd_store_dpw else f
+    bk_dqk, warps_dqk = cfg.dqk_tiles(arch, dtype == torch.float32)
     for is_k in (False, True):
         out.append(KernelLaunch(
             f"mimo_bwd_dqk_kernel[{'dk' if is_k else 'dq'}]-{tag}", mimo_bwd_dqk_kernel,
             (q, q, v, f, f, f, f, f, f, f, f, sin, dsend, dpw, q, f, f, f,
              i32(16), i32(16), i32(16), i32(16), i32(16), TT, H, H // G, G, N2, A, P, 1),
-            dict(R=R, BM=cfg.bm_bwd, BK=cfg.bk_bwd, BP=BP, IS_K=is_k, DOT_PREC=dqk_prec,
-                 LOAD_DPW=cfg.bwd_store_dpw, **bwd_w)))
+            dict(R=R, BM=cfg.bm_bwd, BK=bk_dqk, BP=BP, IS_K=is_k, DOT_PREC=dqk_prec,
+                 LOAD_DPW=cfg.bwd_store_dpw, num_warps=warps_dqk, num_stages=cfg.stages)))
     out.append(KernelLaunch(
         f"mimo_bwd_dv_kernel-{tag}", mimo_bwd_dv_kernel,
         (q, q, v, f, f, f, f, f, f, f, f, f, dsend, v, f, f, f, f, f, dpw,
          i32(16), i32(16), i32(16), i32(16), i32(16), TT, H, H // G, G, N2, A, P, 2),
         dict(R=R, BM=cfg.bm_bwd, BK=cfg.dv_block, BP=BP, HAS_D=True, ONE_K=N2 <= cfg.dv_block, DOT_PREC=bwd_prec,
-             STORE_DPW=cfg.bwd_store_dpw, **bwd_w)))
+             STORE_DPW=cfg.bwd_store_dpw, num_warps=cfg.warps_bwd, num_stages=cfg.stages)))
     from .angles import aot_angle_launches
 
     out += aot_angle_launches(H, A)
