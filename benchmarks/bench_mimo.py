@@ -112,7 +112,12 @@ def sweep_variants(spec):
                  # that walk's y in bf16 (save_y16 without save_y: half the buffer's 1.07 GB; 24.40 against
                  # 24.83 ms, the output kernel's backward 1.41 → 2.10, H100, 56th session)
                  R(scan, save_y16=True, name=f"{scan.name}-walky16"),
-                 R(scan, bk_dqk90=64, warps_dqk90=8, name=f"{scan.name}-dqk64w8")]  # as -dqk64w8 above
+                 R(scan, bk_dqk90=64, warps_dqk90=8, name=f"{scan.name}-dqk64w8"),  # as -dqk64w8 above
+                 # the reverse state walk on 32-column N-pair blocks (twice the walks) at 128 registers (four CTAs
+                 # per SM: 512 walks in one wave, 272 B of spills per thread) or 168 (three: 84 B, two waves; AOT
+                 # sm_90 bf16)
+                 R(scan, dstates_bk=32, dstates_maxnreg=128, name=f"{scan.name}-dsb32r128"),
+                 R(scan, dstates_bk=32, dstates_maxnreg=168, name=f"{scan.name}-dsb32r168")]
     # fp32 inputs (tf32x3 dots) on the configuration's 64-row tiles (bm_fp32 off), which spill ≈ 4 KB per thread
     # in the output kernel (AOT sm_90) where the 32-row ones (bm_fp32 = 32) spill 680 B: B8 T4096 99.31 against
     # 86.37 ms (H100, 42nd session)

@@ -31,6 +31,7 @@ OPT_IN = {
     "ycalc": dict(bwd_walk_y=False),  # the output kernel's backward forms y again
     "walky16": dict(save_y16=True),  # bwd_walk_y's buffer in bf16 (for bf16 inputs)
     "dqk64w8": dict(bk_dqk90=64, warps_dqk90=8),  # the dq / dk kernels on 64-column blocks at 8 warps (sm_90)
+    "dsb32r128": dict(dstates_bk=32, dstates_maxnreg=128),  # the reverse state walk on 32-column blocks, capped
 }
 
 
@@ -57,6 +58,8 @@ def applies(tag: str, cfg) -> bool:
         return bool(cfg.scan_fwd)
     if tag == "ycalc":
         return bool(cfg.scan_fwd and cfg.scan_states)
+    if tag == "dsb32r128":
+        return bool(cfg.scan_fwd and cfg.scan_dstates)
     if tag == "walky16":
         return bool(cfg.scan_fwd and cfg.scan_states and cfg.bwd_walk_y)
     if "bm_fp32" in flags:

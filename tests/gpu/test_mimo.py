@@ -117,8 +117,9 @@ def _scan_variants():
     # and the scan forward with the backward's chunked state passes (scan_states, scan_dstates off), and with its
     # operands broadcast per token / rank (scan_gather off), with the walks at 8 warps (for_grid's fallback), with
     # the output kernel's backward forming y again instead of the states-only walk (bwd_walk_y off), and with the
-    # walk's y in bf16 (save_y16; bf16 inputs only, the others keep fp32)
-    tags = ("chunked-passes", "bcast", "walk8", "ycalc", "walky16")
+    # walk's y in bf16 (save_y16; bf16 inputs only, the others keep fp32), and with the reverse state walk on
+    # 32-column N-pair blocks at 128 registers (dstates_bk, dstates_maxnreg)
+    tags = ("chunked-passes", "bcast", "walk8", "ycalc", "walky16", "dsb32r128")
     return scans + [with_variant(c, tag) for tag in tags for c in scans if applies(tag, c)]
 
 

@@ -247,6 +247,26 @@ def test_scan_state_passes_backward(dtype, flags, scan_calls, monkeypatch):
     assert bool(calls["state_scan_bwd"]) == flags.get("scan_dstates", False)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+def test_reverse_walk_pair_blocks(dtype, scan_calls, monkeypatch):
+    """``MimoConfig.dstates_bk``: the backward's reverse state walk on N-pair blocks narrower than the forward's (N = 32
+    in two 8-column blocks here, each walk's decay-gradient partial summed over the four (P, N) blocks), against
+    float64, with input and final states, packed sequences of 1, 13 and 3 tokens, GQA; its register cap
+    (``dstates_maxnreg``) is a launch option on sm_90 only (the interpreter takes it as given)."""
+    from mamba3.ops.mimo import launch
+    from mamba3.ops.mimo.configs import MimoConfig
+
+    seen = []
+    monkeypatch.setattr(launch, "mimo_state_scan_bwd_kernel", _LaunchRecorder(launch.mimo_state_scan_bwd_kernel, seen))
+    cfg = MimoConfig(**SCAN, scan_bp=16, scan_dstates=True, dstates_bk=8, dstates_maxnreg=128, name="tiny-dsb8")
+    _check(dtype, config=cfg, bsz=1, seqlen=17, nheads=4, ngroups=2, dstate=32, headdim=24, rank=2, states=True,
+           cu_seqlens=[0, 1, 14, 17])
+    assert scan_calls
+    assert seen == [(4, 8, 4)], seen  # two P blocks × two N-pair blocks, at state_warps
+    assert cfg.dstates_options(90, False)["maxnreg"] == 128
+    assert "maxnreg" not in cfg.dstates_options(90, True) and "maxnreg" not in cfg.dstates_options(89, False)
+
+
 @pytest.mark.parametrize("dtype,y16", [(torch.float32, False), (torch.bfloat16, False), (torch.bfloat16, True)],
                          ids=["fp32", "bf16", "bf16-y16"])
 def test_bwd_walk_y(dtype, y16, scan_calls, monkeypatch):

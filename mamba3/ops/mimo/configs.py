@@ -246,6 +246,12 @@ class MimoConfig:
         warps (two blocks: 28,400 warp instructions per tile and head), 1705 / 1824 at 64 and 8 (28,232), spills
         168 / 16 → 20 / 72 B per thread, one 8-warp CTA per SM in place of two 4-warp ones. Hopper only: its wgmma
         keeps the B operands in shared memory; on sm_86 / sm_120 the same tiles spill 972 / 1300 B. TIMING_PENDING
+    dstates_bk / dstates_maxnreg: the N-pair block of the backward's reverse state walk (``scan_dstates``:
+        ``mimo_state_scan_bwd_kernel``; 0: ``bk``) and its register cap (sm_90, 16-bit inputs; 0: none). B8 T4096 runs
+        256 walks (P = 64, N = 128) at 255 registers, two 4-warp CTAs per SM; on 32-column blocks twice as many walks,
+        each with half the state, and at 128 registers four CTAs share an SM, so the 512 still run in one wave (AOT
+        sm_90, bf16: 248 registers without a cap, 272 B of spills at 128, 84 B at 168 (three CTAs: two waves); the
+        chunk step 1371 → 1046 instructions per warp). TIMING_PENDING
     """
 
     bm: int = 64
@@ -282,6 +288,8 @@ class MimoConfig:
     state_maxnreg: int = 0
     bk_dqk90: int = 0
     warps_dqk90: int = 0
+    dstates_bk: int = 0
+    dstates_maxnreg: int = 0
     name: str = "default"
 
     def __post_init__(self):
@@ -340,6 +348,11 @@ class MimoConfig:
         if arch == 90 and not fp32_inputs:
             return self.bk_dqk90 or self.bk_bwd, self.warps_dqk90 or self.warps_bwd
         return self.bk_bwd, self.warps_bwd
+
+    def dstates_options(self, arch: int, fp32_inputs: bool) -> dict:
+        """``mimo_state_scan_bwd_kernel``'s launch options, for the launcher and the AOT lane alike."""
+        return dict(num_warps=self.state_warps, num_stages=self.stages,
+                    **register_cap(arch, fp32_inputs, self.dstates_maxnreg))
 
     @property
     def dv_block(self) -> int:
