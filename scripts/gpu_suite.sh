@@ -83,10 +83,12 @@ if has bench; then
     pack
   done
 fi
-if has sweeps; then  # defaults (no candidate open): the MIMO scan variant (MimoConfig.scan_variant, forced, the B8
-  # default) and P = 128, with per-kernel times; at B1 the chunked default; SISO: the default tiles at B8 (the
-  # README's rows), bf16 and fp32, the latter on sm_90's and the other architectures' tiles
-  SWEEP_MIMO=${SWEEP_MIMO-scan/,w4-P128/bf}
+if has sweeps; then  # defaults: the MIMO scan variant (MimoConfig.scan_variant, forced, the B8 default) and P = 128,
+  # with per-kernel times, each against the open candidates (the dq / dk kernels on 64-column blocks at 8 warps,
+  # -dqk64w8; the reverse state walk on 32-column blocks capped at 128 / 168 registers, -dsb32r128 / -dsb32r168); at
+  # B1 the chunked default and -dqk64w8; SISO: the default tiles at B8 (the README's rows), bf16 and fp32, the
+  # latter on sm_90's and the other architectures' tiles
+  SWEEP_MIMO=${SWEEP_MIMO-scan/,scan-dqk64w8/,scan-dsb32r128/,scan-dsb32r168/,w4-P128/bf,w4-dqk64w8-P128/bf}
   SISO_FP32=fp32-x3-c64-b32p64-w4/8,fp32-x3-c32-b32-w4/4
   SWEEP_SISO=${SWEEP_SISO-bf16-joined-c64-w4/8,$SISO_FP32}
   if [ -n "$SWEEP_MIMO" ]; then
@@ -96,7 +98,7 @@ if has sweeps; then  # defaults (no candidate open): the MIMO scan variant (Mimo
     pack
   fi
   # B1 T32768: chunked (32 scan programs)
-  SWEEP_MIMO_B1=${SWEEP_MIMO_B1-w4-st2/}
+  SWEEP_MIMO_B1=${SWEEP_MIMO_B1-w4-st2/,w4-dqk64w8/}
   if [ -n "$SWEEP_MIMO_B1" ]; then
     timeout 300 python3 benchmarks/bench_mimo.py --shapes none --sweep --sweep-kernels --sweep-batch 1 \
       --only="$SWEEP_MIMO_B1" --out "$OUT/mimo_sweep_b1.json" > "$OUT/sweep_mimo_b1.log" 2>&1 || status=1

@@ -243,15 +243,18 @@ class MimoConfig:
         ``warps_bwd``; :meth:`dqk_tiles`). At 64 columns and 8 warps each (tile, head) loads its dy, ṽ, weighted dP
         and state blocks once instead of once per 32-column block, in half the programs, for the same instructions:
         AOT sm_90, bf16, N = 128, P = 64, the head loop's SASS per warp dq / dk 1839 / 1711 at 32 columns and 4
-        warps (two blocks: 28,400 warp instructions per tile and head), 1705 / 1824 at 64 and 8 (28,232), spills
-        168 / 16 → 20 / 72 B per thread, one 8-warp CTA per SM in place of two 4-warp ones. Hopper only: its wgmma
-        keeps the B operands in shared memory; on sm_86 / sm_120 the same tiles spill 972 / 1300 B. TIMING_PENDING
+        warps (two blocks: 28,400 warp instructions per tile and head), 1705 / 1824 at 64 and 8 (28,232), spill
+        stores 176 / 28 → 20 / 72 B per thread, one 8-warp CTA per SM in place of two 4-warp ones. Hopper only: its wgmma
+        keeps the B operands in shared memory; on sm_86 / sm_120 the same tiles spill 972 / 1300 B. At P = 128
+        (dy [32, 128] per tile) the head loop takes 33,760 → 23,608 warp instructions per tile and head. Not timed
+        yet (sweep variants ``-scan-dqk64w8``, ``-dqk64w8``, ``-dqk64w8-P128``); off everywhere.
     dstates_bk / dstates_maxnreg: the N-pair block of the backward's reverse state walk (``scan_dstates``:
         ``mimo_state_scan_bwd_kernel``; 0: ``bk``) and its register cap (sm_90, 16-bit inputs; 0: none). B8 T4096 runs
         256 walks (P = 64, N = 128) at 255 registers, two 4-warp CTAs per SM; on 32-column blocks twice as many walks,
         each with half the state, and at 128 registers four CTAs share an SM, so the 512 still run in one wave (AOT
         sm_90, bf16: 248 registers without a cap, 272 B of spills at 128, 84 B at 168 (three CTAs: two waves); the
-        chunk step 1371 → 1046 instructions per warp). TIMING_PENDING
+        chunk step 1371 → 1046 instructions per warp). Not timed yet (sweep variants ``-scan-dsb32r128``,
+        ``-scan-dsb32r168``); off everywhere.
     """
 
     bm: int = 64
