@@ -247,6 +247,20 @@ def test_scan_state_passes_backward(dtype, flags, scan_calls, monkeypatch):
     assert bool(calls["state_scan_bwd"]) == flags.get("scan_dstates", False)
 
 
+class _LaunchRecorder:
+    """Stands in for a kernel object: records (grid's first axis, BK, num_warps) of each ``kernel[grid](...)`` launch,
+    then launches it."""
+
+    def __init__(self, kernel, seen):
+        self.kernel, self.seen = kernel, seen
+
+    def __getitem__(self, grid):
+        def launch(*args, **kw):
+            self.seen.append((grid[0], kw["BK"], kw["num_warps"]))
+            return self.kernel[grid](*args, **kw)
+        return launch
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
 def test_reverse_walk_pair_blocks(dtype, scan_calls, monkeypatch):
     """``MimoConfig.dstates_bk``: the backward's reverse state walk on N-pair blocks narrower than the forward's (N = 32
@@ -402,20 +416,6 @@ def test_fp32_tile_rows(dtype, fwd_rows, bwd_rows):
     kw = dict(bsz=1, seqlen=21, nheads=4, ngroups=2, dstate=32, headdim=16, rank=2, states=True,
               cu_seqlens=[0, 3, 16, 21])
     assert _check(dtype, chunk_size=16, config=cfg, **kw) == _check(dtype, chunk_size=16, config=same, **kw)
-
-
-class _LaunchRecorder:
-    """Stands in for a kernel object: records (grid's first axis, BK, num_warps) of each ``kernel[grid](...)`` launch,
-    then launches it."""
-
-    def __init__(self, kernel, seen):
-        self.kernel, self.seen = kernel, seen
-
-    def __getitem__(self, grid):
-        def launch(*args, **kw):
-            self.seen.append((grid[0], kw["BK"], kw["num_warps"]))
-            return self.kernel[grid](*args, **kw)
-        return launch
 
 
 @pytest.mark.parametrize("arch,dtype", [(90, torch.bfloat16), (90, torch.float32), (89, torch.bfloat16)],

@@ -244,8 +244,8 @@ class MimoConfig:
         and state blocks once instead of once per 32-column block, in half the programs, for the same instructions:
         AOT sm_90, bf16, N = 128, P = 64, the head loop's SASS per warp dq / dk 1839 / 1711 at 32 columns and 4
         warps (two blocks: 28,400 warp instructions per tile and head), 1705 / 1824 at 64 and 8 (28,232), spill
-        stores 176 / 28 → 20 / 72 B per thread, one 8-warp CTA per SM in place of two 4-warp ones. Hopper only: its wgmma
-        keeps the B operands in shared memory; on sm_86 / sm_120 the same tiles spill 972 / 1300 B. At P = 128
+        stores 176 / 28 → 20 / 72 B per thread, one 8-warp CTA per SM in place of two 4-warp ones. Hopper only: its
+        wgmma keeps the B operands in shared memory; on sm_86 / sm_120 the same tiles spill 972 / 1300 B. At P = 128
         (dy [32, 128] per tile) the head loop takes 33,760 → 23,608 warp instructions per tile and head. Not timed
         yet (sweep variants ``-scan-dqk64w8``, ``-dqk64w8``, ``-dqk64w8-P128``); off everywhere.
     dstates_bk / dstates_maxnreg: the N-pair block of the backward's reverse state walk (``scan_dstates``:
