@@ -358,6 +358,11 @@ class MimoConfig:
                     **register_cap(arch, fp32_inputs, self.dstates_maxnreg))
 
     @property
+    def dstates_block(self) -> int:
+        """The reverse state walk's N-pair block: ``dstates_bk`` where set, else ``bk``."""
+        return self.dstates_bk or self.bk
+
+    @property
     def dv_block(self) -> int:
         """The dv kernel's N-pair block: ``bk_dv`` where set, else ``bk_bwd``."""
         return self.bk_dv or self.bk_bwd

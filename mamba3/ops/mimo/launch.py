@@ -347,15 +347,14 @@ def state_scan_bwd(L: Launch, t, dy, sin, dsfin):
     cfg, T = L.cfg, L.tables
     dev = dy.device
     bps = min(cfg.bp_state, L.BP)
-    bk = cfg.dstates_bk or cfg.bk
-    nblk = triton.cdiv(L.P, bps) * triton.cdiv(L.N2, bk)
+    nblk = triton.cdiv(L.P, bps) * triton.cdiv(L.N2, cfg.dstates_block)
     dsend = torch.empty(T.nbc, L.H, L.P, 2 * L.N2, device=dev, dtype=states_dtype(cfg, t["v"].dtype))
     ds0 = torch.empty(T.ns, L.H, L.P, 2 * L.N2, device=dev, dtype=torch.float32)
     dcend = torch.empty(nblk, L.H, T.nbc, device=dev, dtype=torch.float32)
     mimo_state_scan_bwd_kernel[(nblk, T.ns, L.H)](
         dy, t["q"], t["qb"], t["rot"], t["cs"], sin, dsfin if dsfin is not None else sin, dsend, ds0, dcend,
         T.seq_table, T.bc_start, T.bc_end, T.max_bc, T.nbc, L.TT, L.H, L.HG, L.G, L.N2, L.A, L.P,
-        R=L.R, BM=cfg.bm, BP=bps, BK=bk, HAS_DSFIN=dsfin is not None, DOT_PREC=L.dot_prec,
+        R=L.R, BM=cfg.bm, BP=bps, BK=cfg.dstates_block, HAS_DSFIN=dsfin is not None, DOT_PREC=L.dot_prec,
         **cfg.dstates_options(L.arch, t["v"].dtype == torch.float32))
     return dsend, ds0, dcend.sum(0)
 
@@ -484,7 +483,7 @@ def aot_kernel_launches(cfg: MimoConfig, headdim: int, dtype, arch: int, dstate:
         out.append(KernelLaunch(
             f"mimo_state_scan_bwd_kernel-{tag}", mimo_state_scan_bwd_kernel,
             (f, q, f, f, f, sin, f, dsend, f, f, i32(16), i32(16), i32(16), 64, NBC, TT, H, H // G, G, N2, A, P),
-            dict(R=R, BM=cfg.bm, BP=bps, BK=cfg.dstates_bk or cfg.bk, HAS_DSFIN=True, DOT_PREC=prec,
+            dict(R=R, BM=cfg.bm, BP=bps, BK=cfg.dstates_block, HAS_DSFIN=True, DOT_PREC=prec,
                  **cfg.dstates_options(arch, dtype == torch.float32))))
     dqk_prec = dqk_precision(cfg, prec, bwd_prec)
     dpw = e(16, dt=dpw_dtype(cfg, dqk_prec, dtype)) if cfg.bwd_store_dpw else f
